@@ -1,0 +1,257 @@
+"""Settings + layout -> the Hydra overrides and environment of verl's GRPO trainer.
+
+Pure functions: nothing here reads the machine or starts anything. The values
+are upstream's tuned ones (verl examples/grpo_trainer/run_qwen3_5_35b_megatron.sh);
+each deliberate difference is listed in the README with its reason.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from recipe.allocator import AllocatorDecision
+from recipe.device import Device
+from recipe.errors import RecipeConfigError
+from recipe.layout import DYNAMIC_BATCHING, ParallelLayout
+from recipe.settings import Settings
+
+TRAINER_MODULE = "verl.trainer.main_ppo"
+#: Ray runs this in every worker before its first task (see recipe.worker_setup).
+WORKER_SETUP_HOOK = "recipe.worker_setup.configure_worker"
+_RAY_ENV = "ray_kwargs.ray_init.runtime_env.env_vars."
+
+#: Device environment for the trainer and every Ray worker; a value the user set wins.
+DEVICE_ENVIRONMENT: dict[Device, dict[str, str]] = {
+    "gpu": {
+        # Megatron overlaps TP communication with compute only with one hardware queue.
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        "VLLM_USE_V1": "1",
+        # Upstream: vLLM's symmetric-memory all-reduce breaks under verl's colocated rollout.
+        "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
+    },
+    "npu": {
+        # Upstream sets this for Ascend: binds each process to the CPU cores nearest its NPU.
+        "CPU_AFFINITY_CONF": "1",
+        "VLLM_USE_V1": "1",
+        # HCCL's default 120 s is too short for the first Megatron-Bridge load of a 35B model.
+        "HCCL_CONNECT_TIMEOUT": "1800",
+    },
+}
+
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./:@~-]+$")
+
+
+def hydra_value(value: object) -> str:
+    """A value as Hydra's override grammar reads it back unchanged (quoted when it must be)."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if _SAFE_VALUE.match(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class Override:
+    """One Hydra override; `setting` names the recipe setting that decides it, if any."""
+
+    key: str
+    value: str
+    prefix: str = ""
+    setting: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.prefix}{self.key}={self.value}"
+
+
+def _add(overrides: list[Override], key: str, value: object, prefix: str = "", setting: str | None = None) -> None:
+    overrides.append(Override(key, hydra_value(value), prefix, setting))
+
+
+def checkpoint_root(settings: Settings) -> Path:
+    """Where this experiment's checkpoints go: CHECKPOINT_DIR/PROJECT_NAME/EXPERIMENT_NAME."""
+    return settings.checkpoint_dir / settings.project_name / settings.experiment_name
+
+
+def runtime_environment(
+    settings: Settings, device: Device, allocator: AllocatorDecision, environ: Mapping[str, str]
+) -> dict[str, str | None]:
+    """Environment for the trainer and every Ray worker (None: unset). User values win; no secrets."""
+    env: dict[str, str | None] = {}
+    defaults = {
+        **DEVICE_ENVIRONMENT[device],
+        "TENSORBOARD_DIR": str(settings.checkpoint_dir / "tensorboard" / settings.project_name / settings.experiment_name),
+        "RECIPE_DEVICE": device,
+    }
+    for name, value in defaults.items():
+        env[name] = environ.get(name, value)
+    # The allocator decision already folds in the user's own allocator options.
+    env.update(allocator.environment())
+    return env
+
+
+def build_overrides(
+    settings: Settings,
+    device: Device,
+    layout: ParallelLayout,
+    runtime_env: Mapping[str, str | None],
+) -> list[Override]:
+    """The recipe's Hydra overrides for `python -m verl.trainer.main_ppo`, in upstream's order."""
+    dynamic = DYNAMIC_BATCHING[device]
+    npu = device == "npu"
+    o: list[Override] = []
+    actor, rollout, ref = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
+    tcfg = f"{actor}.megatron.override_transformer_config"
+    ocfg = f"{actor}.optim.override_optimizer_config"
+
+    # Data
+    _add(o, "data.train_files", str(settings.resolved_train_files), setting="TRAIN_FILES")
+    _add(o, "data.val_files", str(settings.resolved_val_files), setting="VAL_FILES")
+    _add(o, "data.train_batch_size", settings.train_batch_size, setting="TRAIN_BATCH_SIZE")
+    _add(o, "data.max_prompt_length", 1024)
+    _add(o, "data.max_response_length", 2048)
+    _add(o, "data.truncation", "error")
+    _add(o, "data.filter_overlong_prompts", True)
+
+    # Algorithm: GRPO, KL as a loss term rather than in the reward.
+    _add(o, "algorithm.adv_estimator", "grpo")
+    _add(o, "algorithm.use_kl_in_reward", False)
+
+    # Model. Qwen3.5's Gated DeltaNet cannot run packed (THD) sequences on gpu in
+    # Megatron yet, so padding stays; upstream removes it on npu.
+    _add(o, "actor_rollout_ref.model.path", str(settings.model_path), setting="MODEL_PATH")
+    _add(o, "actor_rollout_ref.model.trust_remote_code", True)
+    _add(o, "actor_rollout_ref.model.use_remove_padding", npu)
+
+    # Actor
+    _add(o, f"{actor}.optim.lr", 1e-6)
+    _add(o, f"{actor}.ppo_mini_batch_size", settings.train_batch_size, setting="TRAIN_BATCH_SIZE")
+    _add(o, f"{actor}.ppo_micro_batch_size_per_gpu", 1)
+    _add(o, f"{actor}.ppo_max_token_len_per_gpu", 4096)
+    _add(o, f"{actor}.use_dynamic_bsz", dynamic)
+    _add(o, f"{actor}.use_kl_loss", True)
+    _add(o, f"{actor}.kl_loss_coef", 0.01)
+    _add(o, f"{actor}.kl_loss_type", "low_var_kl")
+    _add(o, f"{actor}.entropy_coeff", 0)
+    # Megatron-Bridge path on both targets: only there does checkpoint.strict reach
+    # bridge.save_hf_weights (vanilla mbridge ignores it, and is deprecated in 0.9.1).
+    _add(o, f"{actor}.megatron.use_mbridge", True)
+    _add(o, f"{actor}.megatron.vanilla_mbridge", False)
+    _add(o, f"{actor}.megatron.use_remove_padding", npu)
+    for section in (actor, ref):
+        _add(o, f"{section}.megatron.tensor_model_parallel_size", layout.tp, setting="TP")
+        _add(o, f"{section}.megatron.pipeline_model_parallel_size", layout.pp, setting="PP")
+        _add(o, f"{section}.megatron.context_parallel_size", layout.cp, setting="CP")
+        _add(o, f"{section}.megatron.expert_model_parallel_size", layout.ep, setting="EP")
+        _add(o, f"{section}.megatron.expert_tensor_parallel_size", layout.etp, setting="ETP")
+        _add(o, f"{section}.megatron.param_offload", settings.offload, setting="OFFLOAD")
+    _add(o, f"{actor}.megatron.optimizer_offload", settings.offload, setting="OFFLOAD")
+    _add(o, f"{actor}.megatron.dtype", "bfloat16")
+    _add(o, f"{tcfg}.attention_backend", "auto", prefix="++")
+    _add(o, f"{tcfg}.recompute_method", "uniform", prefix="+")
+    _add(o, f"{tcfg}.recompute_granularity", "full", prefix="+")
+    _add(o, f"{tcfg}.recompute_num_layers", 1, prefix="+")
+    _add(o, f"{tcfg}.moe_aux_loss_coeff", 0.01, prefix="+")
+    _add(o, f"{tcfg}.moe_z_loss_coeff", 0.001, prefix="+")
+    _add(o, f"{tcfg}.moe_permute_fusion", True, prefix="+")
+    _add(o, f"{tcfg}.moe_grouped_gemm", True, prefix="+")
+    if npu:
+        _add(o, f"{tcfg}.use_flash_attn", True, prefix="+")
+        _add(o, f"{tcfg}.moe_token_dispatcher_type", "alltoall", prefix="+")
+        _add(o, f"{tcfg}.use_naive_l2norm", True, prefix="+")
+    _add(o, f"{ocfg}.optimizer_offload_fraction", 1, prefix="+")
+    _add(o, f"{ocfg}.overlap_cpu_optimizer_d2h_h2d", True, prefix="+")
+    _add(o, f"{ocfg}.use_precision_aware_optimizer", True, prefix="+")
+    _add(o, f"{ocfg}.optimizer_cpu_offload", True, prefix="+")
+    # Checkpoints: Hugging Face weights at every save, exported leniently unless EXPORT_STRICT.
+    _add(o, f"{actor}.checkpoint.save_contents", ["model", "optimizer", "extra", "hf_model"])
+    _add(o, f"{actor}.checkpoint.strict", settings.export_strict, setting="EXPORT_STRICT")
+
+    # Rollout (vLLM, colocated, sleep mode)
+    _add(o, f"{rollout}.name", "vllm")
+    _add(o, f"{rollout}.tensor_model_parallel_size", layout.gen_tp, setting="GEN_TP")
+    _add(o, f"{rollout}.gpu_memory_utilization", 0.65 if npu else 0.6)
+    _add(o, f"{rollout}.n", settings.rollout_n, setting="ROLLOUT_N")
+    _add(o, f"{rollout}.dtype", "bfloat16")
+    for section in (rollout, ref):
+        _add(o, f"{section}.log_prob_micro_batch_size_per_gpu", 1)
+        _add(o, f"{section}.log_prob_use_dynamic_bsz", dynamic)
+        _add(o, f"{section}.log_prob_max_token_len_per_gpu", 4096)
+    _add(o, f"{rollout}.calculate_log_probs", True)
+    if npu:
+        # vllm-ascend: the multimodal processor cache costs NPU memory the colocated trainer needs.
+        _add(o, f"{rollout}.engine_kwargs.vllm.mm_processor_cache_gb", 0, prefix="+")
+
+    # Trainer
+    loggers = ["console", "tensorboard"] + (["wandb"] if settings.wandb_api_key else [])
+    _add(o, "trainer.critic_warmup", 0)
+    _add(o, "trainer.logger", loggers)
+    _add(o, "trainer.project_name", settings.project_name, setting="PROJECT_NAME")
+    _add(o, "trainer.experiment_name", settings.experiment_name, setting="EXPERIMENT_NAME")
+    _add(o, "trainer.device", "npu" if npu else "cuda", setting="DEVICE")
+    _add(o, "trainer.n_gpus_per_node", layout.ndevices_per_node, setting="NDEVICES_PER_NODE")
+    _add(o, "trainer.nnodes", layout.nnodes, setting="NNODES")
+    _add(o, "trainer.save_freq", settings.save_freq, setting="SAVE_FREQ")
+    _add(o, "trainer.test_freq", settings.test_freq, setting="TEST_FREQ")
+    _add(o, "trainer.val_before_train", False)
+    _add(o, "trainer.total_epochs", settings.total_epochs, setting="TOTAL_EPOCHS")
+    # Resume from the newest checkpoint after a crash or restart (compose/k8s restart policies rely on it).
+    _add(o, "trainer.default_local_dir", str(checkpoint_root(settings)), setting="CHECKPOINT_DIR")
+    _add(o, "trainer.resume_mode", "auto")
+
+    # Ray: the device environment for every worker, and the allocator hook.
+    for name, value in runtime_env.items():
+        if value is not None:
+            _add(o, f"{_RAY_ENV}{name}", value, prefix="+")
+    _add(o, "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook", WORKER_SETUP_HOOK, prefix="+")
+    if layout.nnodes > 1:
+        # recipe.cluster has started (or joined) the Ray cluster; the trainer attaches to it.
+        _add(o, "ray_kwargs.ray_init.address", "auto", prefix="+")
+
+    _add(o, "model_engine", "megatron", setting="the recipe (Megatron engine only)")
+    return o
+
+
+def _override_key(text: str) -> str:
+    key = text.split("=", 1)[0]
+    return key.lstrip("~+")
+
+
+def merge_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) -> list[str]:
+    """Apply the user's extra overrides (after `--`): each replaces the recipe's value for its key.
+
+    A key that a recipe setting decides is refused (set the setting instead), so
+    that the plan and the run never disagree. Raises RecipeConfigError.
+    """
+    by_key = {o.key: o for o in overrides}
+    problems: list[str] = []
+    replaced: dict[str, str] = {}
+    appended: list[str] = []
+    for text in extra:
+        if "=" not in text and not text.startswith("~"):
+            problems.append(f"override {text!r}: must look like key=value (Hydra override syntax)")
+            continue
+        key = _override_key(text)
+        ours = by_key.get(key)
+        if ours is not None and ours.setting is not None:
+            problems.append(f"override {text!r}: {key} is decided by {ours.setting}; set that instead")
+        elif ours is not None:
+            replaced[key] = text
+        else:
+            appended.append(text)
+    if problems:
+        raise RecipeConfigError(problems)
+    return [replaced.get(o.key, str(o)) for o in overrides] + appended
+
+
+def trainer_argv(overrides: Sequence[str], python: str = sys.executable) -> list[str]:
+    """The full trainer command line."""
+    return [python, "-m", TRAINER_MODULE, *overrides]

@@ -1,0 +1,171 @@
+"""The parallel layout (TP, PP, CP, EP, ETP, GEN_TP, DP), checked before anything starts.
+
+Every rule Megatron, vLLM or verl would enforce an hour into a run is checked
+here against the model's architecture and the number of devices, and every
+violation is reported at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from recipe.device import DEFAULT_DEVICES_PER_NODE, Device
+from recipe.errors import RecipeConfigError
+from recipe.models import ModelArchitecture
+from recipe.settings import Settings
+
+#: Upstream's tuned defaults (verl examples/grpo_trainer/run_qwen3_5_35b_megatron.sh).
+DEVICE_DEFAULTS: dict[Device, dict[str, int]] = {
+    "gpu": {"TP": 2, "PP": 1, "CP": 1, "EP": 8, "ETP": 1, "GEN_TP": 8},
+    "npu": {"TP": 2, "PP": 2, "CP": 1, "EP": 8, "ETP": 1, "GEN_TP": 8},
+}
+
+#: Upstream batches by token count (use_dynamic_bsz) on npu only; gpu uses fixed micro-batches.
+DYNAMIC_BATCHING: dict[Device, bool] = {"gpu": False, "npu": True}
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """A resolved, checked layout; `sources` says where each size came from."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    etp: int
+    gen_tp: int
+    nnodes: int
+    ndevices_per_node: int
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        """Devices in the whole run."""
+        return self.nnodes * self.ndevices_per_node
+
+    @property
+    def dp(self) -> int:
+        """Megatron data parallel size of the dense part."""
+        return self.world_size // (self.tp * self.pp * self.cp)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for `plan --json`."""
+        return {
+            "tp": self.tp,
+            "pp": self.pp,
+            "cp": self.cp,
+            "ep": self.ep,
+            "etp": self.etp,
+            "gen_tp": self.gen_tp,
+            "nnodes": self.nnodes,
+            "ndevices_per_node": self.ndevices_per_node,
+            "world_size": self.world_size,
+            "dp": self.dp,
+            "sources": dict(self.sources),
+        }
+
+
+def _pick(settings: Settings, name: str, default: int, device: Device) -> tuple[int, str]:
+    value = getattr(settings, name.lower())
+    if value is None:
+        return default, f"default for {device}"
+    return value, "environment"
+
+
+def resolve_layout(settings: Settings, device: Device, model: ModelArchitecture) -> ParallelLayout:
+    """Fill unset sizes with the device's defaults, then check every rule.
+
+    Raises RecipeConfigError with one line per violated rule.
+    """
+    chosen: dict[str, int] = {}
+    sources: dict[str, str] = {}
+    defaults = {**DEVICE_DEFAULTS[device], "NDEVICES_PER_NODE": DEFAULT_DEVICES_PER_NODE[device]}
+    for name, default in defaults.items():
+        chosen[name], sources[name] = _pick(settings, name, default, device)
+    sources["NNODES"] = "environment" if "NNODES" in settings.user_set() else "default"
+    layout = ParallelLayout(
+        tp=chosen["TP"],
+        pp=chosen["PP"],
+        cp=chosen["CP"],
+        ep=chosen["EP"],
+        etp=chosen["ETP"],
+        gen_tp=chosen["GEN_TP"],
+        nnodes=settings.nnodes,
+        ndevices_per_node=chosen["NDEVICES_PER_NODE"],
+        sources=sources,
+    )
+    problems = layout_problems(layout, model, settings, DYNAMIC_BATCHING[device])
+    if problems:
+        raise RecipeConfigError(problems)
+    return layout
+
+
+def layout_problems(
+    layout: ParallelLayout, model: ModelArchitecture, settings: Settings, dynamic_batching: bool
+) -> list[str]:
+    """Every rule the layout breaks, one message each (empty when the layout is sound)."""
+    tp, pp, cp, ep, etp, gen_tp = layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, layout.gen_tp
+    world = layout.world_size
+    where = f"{world} devices (NNODES={layout.nnodes} x NDEVICES_PER_NODE={layout.ndevices_per_node})"
+    problems: list[str] = []
+
+    def rule(broken: bool, message: str) -> None:
+        if broken:
+            problems.append(message)
+
+    # Megatron: attention heads are split across tensor-parallel ranks.
+    rule(
+        model.num_attention_heads % tp != 0,
+        f"TP={tp}: must divide the model's {model.num_attention_heads} attention heads",
+    )
+    kv = model.num_kv_heads
+    rule(
+        kv % tp != 0 and tp % kv != 0,
+        f"TP={tp}: must be a multiple or a divisor of the model's {kv} KV heads (query groups)",
+    )
+    # Megatron's Gated DeltaNet splits its key and value heads over TP x CP.
+    for heads, kind in ((model.linear_key_heads, "key"), (model.linear_value_heads, "value")):
+        rule(
+            heads > 0 and heads % (tp * cp) != 0,
+            f"TP={tp}, CP={cp}: TP x CP = {tp * cp} must divide the model's {heads} linear-attention {kind} heads",
+        )
+    rule(model.num_experts % ep != 0, f"EP={ep}: must divide the model's {model.num_experts} experts")
+    rule(
+        model.moe_ffn_hidden_size % etp != 0,
+        f"ETP={etp}: must divide the model's expert hidden size {model.moe_ffn_hidden_size}",
+    )
+    rule(model.num_layers % pp != 0, f"PP={pp}: must divide the model's {model.num_layers} layers")
+    rule(
+        world % (tp * pp * cp) != 0,
+        f"TP={tp}, PP={pp}, CP={cp}: TP x PP x CP = {tp * pp * cp} must divide the world size of {where}",
+    )
+    rule(
+        world % (ep * etp * pp) != 0,
+        f"EP={ep}, ETP={etp}, PP={pp}: EP x ETP x PP = {ep * etp * pp} must divide the world size of {where}",
+    )
+    # vLLM: the rollout's tensor-parallel group splits heads too, and verl tiles replicas over all devices.
+    rule(world % gen_tp != 0, f"GEN_TP={gen_tp}: must divide the world size of {where}")
+    rule(
+        model.num_attention_heads % gen_tp != 0,
+        f"GEN_TP={gen_tp}: must divide the model's {model.num_attention_heads} attention heads (vLLM)",
+    )
+    # verl (utils/config.py validate_config): without dynamic batching, the batch of
+    # train_batch_size x rollout.n samples is split evenly over the data-parallel ranks.
+    if not dynamic_batching and world % (tp * pp * cp) == 0:
+        samples = settings.train_batch_size * settings.rollout_n
+        rule(
+            samples % layout.dp != 0,
+            f"TRAIN_BATCH_SIZE={settings.train_batch_size}, ROLLOUT_N={settings.rollout_n}: their product {samples} "
+            f"must be divisible by the data-parallel size {layout.dp} ({world} devices / TP x PP x CP)",
+        )
+    # Several nodes need to find each other.
+    rule(
+        settings.node_rank >= layout.nnodes,
+        f"NODE_RANK={settings.node_rank}: must be below NNODES={layout.nnodes}",
+    )
+    rule(
+        layout.nnodes > 1 and not settings.master_addr and not settings.ray_address,
+        f"NNODES={layout.nnodes}: several nodes need MASTER_ADDR (the rank-0 node) or RAY_ADDRESS (a running cluster)",
+    )
+    return problems

@@ -1,0 +1,174 @@
+"""Environment -> one typed, validated settings object.
+
+Settings are read once. Values that depend on the device (TP, PP, ... and the
+number of devices per node) stay `None` here when the user did not set them, so
+that the layout can fill in the device's defaults and say where each value came
+from; a value the user sets is never replaced.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import Field, PositiveInt, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from recipe.errors import RecipeConfigError
+
+DeviceChoice = Literal["auto", "gpu", "npu"]
+
+#: Shown instead of a secret's value everywhere (plan, logs, errors).
+REDACTED = "**********"
+
+
+class Settings(BaseSettings):
+    """Every setting of the recipe, read from environment variables of the same name (upper case)."""
+
+    model_config = SettingsConfigDict(
+        case_sensitive=False,
+        # Compose passes unset variables as empty strings (`TP=${TP:-}`): empty means unset.
+        env_ignore_empty=True,
+        extra="ignore",
+        frozen=True,
+    )
+
+    # --- target -------------------------------------------------------------
+    device: DeviceChoice = Field("auto", description="Target: gpu, npu, or auto (detected without importing torch).")
+
+    # --- parallel layout (None: the device's default, see layout.DEVICE_DEFAULTS) ---
+    tp: PositiveInt | None = Field(None, description="Megatron tensor parallel size of the actor and reference.")
+    pp: PositiveInt | None = Field(None, description="Megatron pipeline parallel size.")
+    cp: PositiveInt | None = Field(None, description="Megatron context parallel size.")
+    ep: PositiveInt | None = Field(None, description="Megatron expert parallel size.")
+    etp: PositiveInt | None = Field(None, description="Megatron expert tensor parallel size.")
+    gen_tp: PositiveInt | None = Field(None, description="vLLM tensor parallel size of the rollout.")
+    nnodes: PositiveInt = Field(1, description="Number of nodes in the run.")
+    ndevices_per_node: PositiveInt | None = Field(
+        None, description="Accelerators per node (gpu default 8; npu default 16: 8 A3 cards of 2 dies)."
+    )
+
+    # --- several nodes ------------------------------------------------------
+    node_rank: int = Field(0, ge=0, description="This node's rank; 0 starts the Ray head and the trainer.")
+    master_addr: str | None = Field(None, description="Address of the rank-0 node (needed when NNODES > 1).")
+    ray_port: int = Field(6379, ge=1, le=65535, description="Port of the Ray head started on rank 0.")
+    ray_address: str | None = Field(
+        None, description="Address of a running Ray cluster to join (set by KubeRay); no head is started then."
+    )
+    ray_wait_timeout: PositiveInt = Field(
+        600, description="Seconds rank 0 waits for every node's devices to join Ray before it gives up."
+    )
+
+    # --- paths --------------------------------------------------------------
+    model_path: Path = Field(Path("/models/Qwen3.5-35B-A3B"), description="Hugging Face model directory.")
+    data_dir: Path = Field(Path("/data"), description="Where prepare-data writes; default root of the data files.")
+    train_files: Path | None = Field(None, description="Training parquet (default DATA_DIR/geo3k/train.parquet).")
+    val_files: Path | None = Field(None, description="Validation parquet (default DATA_DIR/geo3k/test.parquet).")
+    checkpoint_dir: Path = Field(
+        Path("/checkpoints"), description="Checkpoints, HF exports and TensorBoard logs live under this directory."
+    )
+
+    # --- run ----------------------------------------------------------------
+    project_name: str = Field("grpo_qwen3_5_35b_geo3k", min_length=1, description="Tracking project name.")
+    experiment_name: str = Field("qwen3_5_35b_megatron", min_length=1, description="Tracking experiment name.")
+    save_freq: int = Field(20, description="Save a checkpoint (and HF export) every N steps; -1 disables.")
+    test_freq: int = Field(5, description="Validate every N steps; -1 disables.")
+    train_batch_size: PositiveInt = Field(32, description="Prompts per training step (also the PPO mini-batch).")
+    rollout_n: PositiveInt = Field(5, description="Responses sampled per prompt (the GRPO group size).")
+    total_epochs: PositiveInt = Field(15, description="Epochs over the training data.")
+    offload: bool = Field(True, description="Offload actor/ref params, grads and optimizer to CPU (upstream ALL_OFFLOAD).")
+    export_strict: bool = Field(
+        False, description="Megatron-Bridge strict key matching at HF export; False writes what matches and reports."
+    )
+    expandable_segments: bool = Field(
+        True,
+        description=(
+            "Let verl turn the allocator's expandable segments on for training phases at run time. "
+            "Never put in the environment, where vLLM's sleep-mode pool asserts on it."
+        ),
+    )
+
+    # --- secrets (never printed) --------------------------------------------
+    hf_token: SecretStr | None = Field(None, description="Hugging Face token for gated downloads.")
+    wandb_api_key: SecretStr | None = Field(None, description="Weights & Biases key; wandb logging only when set.")
+
+    @field_validator("save_freq", "test_freq")
+    @classmethod
+    def _positive_or_disabled(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError("must be a positive number of steps, or -1 to disable")
+        return value
+
+    @property
+    def resolved_train_files(self) -> Path:
+        """Training parquet: TRAIN_FILES, or where `prepare-data geo3k` writes."""
+        return self.train_files or self.data_dir / "geo3k" / "train.parquet"
+
+    @property
+    def resolved_val_files(self) -> Path:
+        """Validation parquet: VAL_FILES, or where `prepare-data geo3k` writes."""
+        return self.val_files or self.data_dir / "geo3k" / "test.parquet"
+
+    def user_set(self) -> set[str]:
+        """Names of the settings the environment set (upper case, as the user wrote them)."""
+        return {name.upper() for name in self.model_fields_set}
+
+    def redacted(self) -> dict[str, Any]:
+        """All settings as JSON-ready values, secrets replaced by REDACTED (or None when unset)."""
+        out: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                value = REDACTED
+            elif isinstance(value, Path):
+                value = str(value)
+            out[name.upper()] = value
+        out["TRAIN_FILES"] = str(self.resolved_train_files)
+        out["VAL_FILES"] = str(self.resolved_val_files)
+        return out
+
+
+SECRET_SETTINGS = frozenset({"HF_TOKEN", "WANDB_API_KEY"})
+
+
+def _describe_error(error: Mapping[str, Any], environ: Mapping[str, str]) -> str:
+    """One line for one pydantic error: `NAME='value': rule`, never echoing a secret."""
+    name = str(error["loc"][0]).upper() if error["loc"] else "settings"
+    raw = REDACTED if name in SECRET_SETTINGS else _lookup(environ, name)
+    kind = error["type"]
+    if kind in {"int_parsing", "int_from_float", "int_type"}:
+        rule = "must be a whole number"
+    elif kind == "greater_than":
+        rule = "must be a positive whole number"
+    elif kind == "greater_than_equal":
+        rule = f"must be at least {error['ctx']['ge']}"
+    elif kind == "less_than_equal":
+        rule = f"must be at most {error['ctx']['le']}"
+    elif kind == "literal_error":
+        rule = f"must be one of {error['ctx']['expected']}"
+    elif kind == "bool_parsing":
+        rule = "must be true or false"
+    else:
+        # Pydantic's own wording, without its "Value error, " prefix.
+        rule = str(error["msg"]).removeprefix("Value error, ")
+    return f"{name}={raw!r}: {rule}"
+
+
+def _lookup(environ: Mapping[str, str], name: str) -> str | None:
+    """The raw environment value of NAME, matched case-insensitively like pydantic-settings does."""
+    for key, value in environ.items():
+        if key.upper() == name:
+            return value
+    return None
+
+
+def load_settings() -> Settings:
+    """Read the settings from the process environment, once.
+
+    Raises RecipeConfigError listing every bad variable at once.
+    """
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise RecipeConfigError([_describe_error(e, os.environ) for e in exc.errors()]) from None

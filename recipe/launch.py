@@ -7,7 +7,6 @@ each deliberate difference is listed in the README with its reason.
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +41,9 @@ DEVICE_ENVIRONMENT: dict[Device, dict[str, str]] = {
     },
 }
 
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./:@~-]+$")
+def hydra_string(text: str) -> str:
+    """`text` quoted, so that Hydra reads it back as exactly this string (never a number or list)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def hydra_value(value: object) -> str:
@@ -53,10 +54,8 @@ def hydra_value(value: object) -> str:
         return str(value)
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    text = str(value)
-    if _SAFE_VALUE.match(text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    # Every string is quoted: unquoted, Hydra reads "123", "true" or "null" as another type.
+    return hydra_string(str(value))
 
 
 @dataclass(frozen=True)
@@ -210,6 +209,7 @@ def build_overrides(
     # Ray: the device environment for every worker, and the allocator hook.
     for name, value in runtime_env.items():
         if value is not None:
+            # Ray accepts only strings as env_vars values (hydra_value quotes them).
             _add(o, f"{_RAY_ENV}{name}", value, prefix="+")
     _add(o, "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook", WORKER_SETUP_HOOK, prefix="+")
     if layout.nnodes > 1:

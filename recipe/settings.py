@@ -77,7 +77,9 @@ class Settings(BaseSettings):
     train_batch_size: PositiveInt = Field(32, description="Prompts per training step (also the PPO mini-batch).")
     rollout_n: PositiveInt = Field(5, description="Responses sampled per prompt (the GRPO group size).")
     total_epochs: PositiveInt = Field(15, description="Epochs over the training data.")
-    offload: bool = Field(True, description="Offload actor/ref params, grads and optimizer to CPU (upstream ALL_OFFLOAD).")
+    offload: bool = Field(
+        True, description="Offload actor/ref parameters (releasing gradient buffers) and optimizer state between phases."
+    )
     export_strict: bool = Field(
         False, description="Megatron-Bridge strict key matching at HF export; False writes what matches and reports."
     )

@@ -1,0 +1,161 @@
+"""The command line: plan/run behaviour, exit codes, one line per problem, signals and exit codes of the trainer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from conftest import ENTRYPOINT, REPO, clear_settings, entrypoint_env
+from recipe import __version__
+from recipe.cli import main
+
+
+def _run(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ENTRYPOINT, *args], env=entrypoint_env(**settings), capture_output=True, text=True, timeout=60)
+
+
+def test_plan_json_with_no_environment_is_one_json_document() -> None:
+    done = _run("plan", "--json")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["recipe_version"] == __version__
+    assert plan["device"]["name"] in {"gpu", "npu"} and plan["device"]["reason"]
+    assert plan["argv"][1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert plan["argv"][3:] == plan["overrides"]
+    assert set(plan) >= {"settings", "layout", "model", "allocator", "env"}
+
+
+def test_plan_json_reflects_the_environment() -> None:
+    plan = json.loads(_run("plan", "--json", DEVICE="npu", TP="4", PP="1", GEN_TP="4").stdout)
+    assert plan["device"] == {"name": "npu", "source": "setting", "reason": "DEVICE=npu was set", "visible_devices": plan["device"]["visible_devices"]}
+    assert (plan["layout"]["tp"], plan["layout"]["pp"], plan["layout"]["gen_tp"], plan["layout"]["ndevices_per_node"]) == (4, 1, 4, 16)
+    assert plan["layout"]["sources"]["TP"] == "environment" and plan["layout"]["sources"]["EP"] == "default for npu"
+
+
+def test_plan_for_people_names_device_layout_and_command() -> None:
+    done = _run("plan", DEVICE="gpu")
+    assert done.returncode == 0
+    assert "device   gpu (setting: DEVICE=gpu was set)" in done.stdout
+    assert "TP=2 PP=1 CP=1 EP=8 ETP=1 GEN_TP=8 DP=4" in done.stdout
+    assert "-m verl.trainer.main_ppo" in done.stdout
+
+
+def test_plan_imports_no_torch_ray_or_verl() -> None:
+    code = textwrap.dedent(
+        """
+        import contextlib, io, sys
+        from recipe.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["plan", "--json"]) == 0
+        print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "torch_npu", "ray", "verl", "transformers", "hydra"}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=entrypoint_env(), capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_bad_values_exit_2_with_one_line_each_and_no_traceback() -> None:
+    done = _run("plan", "--json", TP="3", EP="6", NNODES="zero", DEVICE="gpu")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == ["error: NNODES='zero': must be a whole number"]
+    done = _run("plan", "--json", TP="3", EP="6", DEVICE="gpu")
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "error: TP=3: must divide the model's 16 attention heads" in lines
+    assert "error: EP=6: must divide the model's 256 experts" in lines
+
+
+def test_secrets_never_reach_plan_output() -> None:
+    done = _run("plan", "--json", HF_TOKEN="hf_do_not_print", WANDB_API_KEY="wandb_do_not_print")
+    assert done.returncode == 0
+    assert "do_not_print" not in done.stdout + done.stderr
+    assert json.loads(done.stdout)["settings"]["HF_TOKEN"] == "**********"
+
+
+def test_run_without_an_accelerator_refuses_and_writes_nothing(tmp_path: Path) -> None:
+    checkpoints = tmp_path / "new-checkpoints"
+    done = _run("run", DEVICE="gpu", CHECKPOINT_DIR=str(checkpoints), MODEL_PATH=str(tmp_path / "model"), DATA_DIR=str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        assert any(line.startswith("error: DEVICE=gpu: no gpu device found") for line in lines)
+    assert f"error: MODEL_PATH={str(tmp_path / 'model')!r}: no config.json there (download the model first)" in lines
+    assert any(line.startswith(f"error: TRAIN_FILES={str(tmp_path / 'geo3k' / 'train.parquet')!r}: file not found") for line in lines)
+    assert any(line.startswith("error: VAL_FILES=") for line in lines)
+    assert "Executing" not in done.stdout
+    assert not checkpoints.exists()
+
+
+def test_extra_overrides_after_double_dash_reach_the_plan() -> None:
+    plan = json.loads(_run("plan", "--json", "--", "actor_rollout_ref.actor.optim.lr=5e-7").stdout)
+    assert "actor_rollout_ref.actor.optim.lr=5e-7" in plan["overrides"]
+
+
+_value = st.one_of(
+    st.none(), st.integers(-3, 40).map(str), st.sampled_from(["", "abc", "1.5", " 2 ", "1e3", "-0", "٣"])
+)
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(
+    device=st.sampled_from([None, "gpu", "npu", "auto", "tpu", ""]),
+    sizes=st.fixed_dictionaries({k: _value for k in ["TP", "PP", "CP", "EP", "ETP", "GEN_TP", "NNODES", "NDEVICES_PER_NODE"]}),
+)
+def test_any_combination_exits_0_or_2_with_named_lines(device: str | None, sizes: dict[str, str | None]) -> None:
+    import contextlib
+    import io
+
+    with pytest.MonkeyPatch.context() as mp:
+        clear_settings(mp)
+        for name, value in {"DEVICE": device, **sizes}.items():
+            if value is not None:
+                mp.setenv(name, value)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["plan", "--json"])
+    if code == 0:
+        json.loads(out.getvalue())
+        assert err.getvalue() == ""
+    else:
+        assert code == 2 and out.getvalue() == ""
+        lines = err.getvalue().splitlines()
+        assert lines and all(line.startswith("error: ") and "=" in line.split(":")[1] for line in lines)
+
+
+TRAINER_STUB = textwrap.dedent(
+    """
+    import signal, sys, time
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(43))
+    print("ready", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_execute_passes_sigterm_to_the_trainer_and_returns_its_code(tmp_path: Path) -> None:
+    runner = tmp_path / "runner.py"
+    runner.write_text(
+        "import os, sys\nfrom recipe.cli import execute\n"
+        f"sys.exit(execute([sys.executable, '-c', {TRAINER_STUB!r}], dict(os.environ)))\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(runner)], stdout=subprocess.PIPE, text=True, cwd=REPO, env=entrypoint_env())
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 43
+
+
+def test_execute_reports_a_signal_death_as_128_plus_n() -> None:
+    from recipe.cli import execute
+
+    assert execute([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], dict(os.environ)) == 128 + 9
+    assert execute([sys.executable, "-c", "raise SystemExit(7)"], dict(os.environ)) == 7

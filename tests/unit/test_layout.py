@@ -1,0 +1,141 @@
+"""Layout: device defaults, every Megatron/vLLM/verl divisibility rule, all problems at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recipe.errors import RecipeConfigError
+from recipe.layout import DEVICE_DEFAULTS, resolve_layout
+from recipe.models import QWEN3_5_35B_A3B, architecture_from_config, load_architecture
+from recipe.settings import Settings
+
+
+def _settings(**values: object) -> Settings:
+    return Settings.model_validate({k.lower(): v for k, v in values.items()})
+
+
+def _problems(device: str = "gpu", **values: object) -> list[str]:
+    with pytest.raises(RecipeConfigError) as caught:
+        resolve_layout(_settings(**values), device, QWEN3_5_35B_A3B)  # type: ignore[arg-type]
+    return caught.value.problems
+
+
+@pytest.mark.parametrize("device", ["gpu", "npu"])
+def test_upstream_defaults_fill_unset_values(device: str) -> None:
+    layout = resolve_layout(_settings(), device, QWEN3_5_35B_A3B)  # type: ignore[arg-type]
+    expected = DEVICE_DEFAULTS[device]  # type: ignore[index]
+    assert (layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, layout.gen_tp) == tuple(
+        expected[k] for k in ("TP", "PP", "CP", "EP", "ETP", "GEN_TP")
+    )
+    assert layout.ndevices_per_node == {"gpu": 8, "npu": 16}[device]
+    assert all(source == f"default for {device}" for name, source in layout.sources.items() if name != "NNODES")
+
+
+def test_a_user_value_is_kept_and_marked() -> None:
+    layout = resolve_layout(_settings(TP=4, PP=2), "npu", QWEN3_5_35B_A3B)
+    assert (layout.tp, layout.pp, layout.dp) == (4, 2, 2)
+    assert layout.sources["TP"] == "environment" and layout.sources["EP"] == "default for npu"
+
+
+def test_tp_that_does_not_divide_the_heads() -> None:
+    assert "TP=3: must divide the model's 16 attention heads" in _problems(TP=3, NDEVICES_PER_NODE=6)
+
+
+def test_kv_heads_must_be_a_multiple_or_divisor_of_tp() -> None:
+    model = architecture_from_config(
+        {"num_hidden_layers": 4, "num_attention_heads": 12, "num_key_value_heads": 4, "num_experts": 8,
+         "moe_intermediate_size": 64}, "m")
+    with pytest.raises(RecipeConfigError) as caught:
+        resolve_layout(_settings(TP=6, EP=1, GEN_TP=6, NDEVICES_PER_NODE=6), "gpu", model)
+    assert caught.value.problems == ["TP=6: must be a multiple or a divisor of the model's 4 KV heads (query groups)"]
+
+
+def test_linear_attention_heads_over_tp_times_cp() -> None:
+    problems = _problems(TP=2, CP=16, NDEVICES_PER_NODE=32, EP=8)
+    assert "TP=2, CP=16: TP x CP = 32 must divide the model's 16 linear-attention key heads" in problems
+    assert not any("value heads" in p for p in problems)
+
+
+def test_experts_over_ep() -> None:
+    assert "EP=6: must divide the model's 256 experts" in _problems(EP=6)
+
+
+def test_expert_hidden_over_etp() -> None:
+    assert "ETP=3: must divide the model's expert hidden size 512" in _problems(ETP=3)
+
+
+def test_layers_over_pp() -> None:
+    assert "PP=3: must divide the model's 40 layers" in _problems(PP=3)
+
+
+def test_world_size_over_tp_pp_cp() -> None:
+    problems = _problems(TP=4, PP=4, NDEVICES_PER_NODE=8)
+    assert any(p.startswith("TP=4, PP=4, CP=1: TP x PP x CP = 16 must divide the world size of 8 devices") for p in problems)
+
+
+def test_world_size_over_expert_parallel() -> None:
+    problems = _problems(EP=16, NDEVICES_PER_NODE=8)
+    assert any(p.startswith("EP=16, ETP=1, PP=1: EP x ETP x PP = 16 must divide the world size") for p in problems)
+
+
+def test_gen_tp_over_world_and_heads() -> None:
+    problems = _problems(GEN_TP=32, NDEVICES_PER_NODE=8)
+    assert any(p.startswith("GEN_TP=32: must divide the world size of 8 devices") for p in problems)
+    assert "GEN_TP=32: must divide the model's 16 attention heads (vLLM)" in problems
+
+
+def test_fixed_batches_over_data_parallel_on_gpu_only() -> None:
+    # 3 nodes x 8 GPUs, TP 2: DP 12 does not divide 32 x 5 = 160 samples.
+    problems = _problems(NNODES=3, MASTER_ADDR="10.0.0.1", NODE_RANK=0)
+    assert any(p.startswith("TRAIN_BATCH_SIZE=32, ROLLOUT_N=5: their product 160 must be divisible by the data-parallel size 12") for p in problems)
+    # npu batches by tokens (use_dynamic_bsz), where verl pads instead.
+    resolve_layout(_settings(NNODES=3, MASTER_ADDR="10.0.0.1", NDEVICES_PER_NODE=8, PP=1), "npu", QWEN3_5_35B_A3B)
+
+
+def test_several_nodes_need_an_address_and_a_rank_below_nnodes() -> None:
+    problems = _problems(NNODES=2, NODE_RANK=2)
+    assert "NODE_RANK=2: must be below NNODES=2" in problems
+    assert any(p.startswith("NNODES=2: several nodes need MASTER_ADDR") for p in problems)
+
+
+def test_all_violations_are_reported_together() -> None:
+    problems = _problems(TP=3, PP=7, EP=6)
+    named = {p.split(":")[0] for p in problems}
+    assert {"TP=3", "PP=7", "EP=6"} <= named
+
+
+def test_architecture_is_read_from_the_vlm_config(tmp_path: Path) -> None:
+    text = {"num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2, "num_experts": 16,
+            "moe_intermediate_size": 128, "linear_num_key_heads": 4, "linear_num_value_heads": 8}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_5_moe", "text_config": text}))
+    source = load_architecture(tmp_path)
+    assert source.source == str(tmp_path / "config.json")
+    assert (source.architecture.num_layers, source.architecture.linear_key_heads) == (8, 4)
+    # The same layout now breaks rules of this smaller model.
+    with pytest.raises(RecipeConfigError) as caught:
+        resolve_layout(_settings(PP=16, NDEVICES_PER_NODE=32, EP=32), "gpu", source.architecture)
+    assert "PP=16: must divide the model's 8 layers" in caught.value.problems
+    assert "EP=32: must divide the model's 16 experts" in caught.value.problems
+
+
+def test_without_config_json_the_built_in_profile_is_used(tmp_path: Path) -> None:
+    source = load_architecture(tmp_path)
+    assert source.architecture == QWEN3_5_35B_A3B and "built-in profile" in source.source
+
+
+def test_a_broken_config_json_names_model_path(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(RecipeConfigError) as caught:
+        load_architecture(tmp_path)
+    assert caught.value.problems[0].startswith(f"MODEL_PATH={str(tmp_path)!r}: config.json is unreadable")
+
+
+def test_a_config_without_the_numbers_names_each_missing_key(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 4}}))
+    with pytest.raises(RecipeConfigError) as caught:
+        load_architecture(tmp_path)
+    assert len(caught.value.problems) == 4
+    assert all(p.startswith("MODEL_PATH=") and "config.json lacks" in p for p in caught.value.problems)

@@ -1,0 +1,83 @@
+"""Settings: parsing, defaults left unset for the layout, one error line per bad variable."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from recipe.errors import RecipeConfigError
+from recipe.settings import REDACTED, load_settings
+
+from conftest import clear_settings
+
+INTEGER_SETTINGS = ["TP", "PP", "CP", "EP", "ETP", "GEN_TP", "NNODES", "NDEVICES_PER_NODE", "TOTAL_EPOCHS"]
+
+
+def test_defaults_leave_parallel_sizes_to_the_device(clean_env: pytest.MonkeyPatch) -> None:
+    settings = load_settings()
+    assert (settings.tp, settings.pp, settings.ep, settings.ndevices_per_node) == (None, None, None, None)
+    assert settings.device == "auto"
+    assert settings.user_set() == set()
+
+
+def test_values_are_read_and_remembered_as_user_set(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("TP", "4")
+    clean_env.setenv("device", "npu")  # case-insensitive like pydantic-settings
+    settings = load_settings()
+    assert settings.tp == 4 and settings.device == "npu"
+    assert settings.user_set() == {"TP", "DEVICE"}
+
+
+def test_empty_value_means_unset(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("TP", "")
+    assert load_settings().tp is None
+
+
+def test_data_files_default_to_where_prepare_data_writes(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("DATA_DIR", "/srv/data")
+    settings = load_settings()
+    assert str(settings.resolved_train_files) == "/srv/data/geo3k/train.parquet"
+    assert str(settings.resolved_val_files) == "/srv/data/geo3k/test.parquet"
+
+
+def test_every_bad_variable_is_reported_at_once(clean_env: pytest.MonkeyPatch) -> None:
+    for name, value in {"TP": "abc", "PP": "0", "EP": "-8", "DEVICE": "tpu", "OFFLOAD": "maybe", "SAVE_FREQ": "0"}.items():
+        clean_env.setenv(name, value)
+    with pytest.raises(RecipeConfigError) as caught:
+        load_settings()
+    problems = caught.value.problems
+    assert problems == [
+        "DEVICE='tpu': must be one of 'auto', 'gpu' or 'npu'",
+        "TP='abc': must be a whole number",
+        "PP='0': must be a positive whole number",
+        "EP='-8': must be a positive whole number",
+        "SAVE_FREQ='0': must be a positive number of steps, or -1 to disable",
+        "OFFLOAD='maybe': must be true or false",
+    ]
+
+
+def test_secrets_are_redacted(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("HF_TOKEN", "hf_secret_value")
+    clean_env.setenv("WANDB_API_KEY", "wandb_secret_value")
+    shown = load_settings().redacted()
+    assert shown["HF_TOKEN"] == REDACTED and shown["WANDB_API_KEY"] == REDACTED
+    assert "secret_value" not in repr(shown)
+
+
+_not_a_positive_int = st.one_of(
+    st.integers(max_value=0).map(str),
+    st.text(alphabet="abcxyz.-+ e", min_size=1).filter(lambda s: s.strip() and not s.strip().lstrip("+").isdigit()),
+    st.floats(allow_nan=True, allow_infinity=True).filter(lambda f: f != int(f) if f == f and abs(f) != float("inf") else True).map(str),
+)
+
+
+@hsettings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(INTEGER_SETTINGS), value=_not_a_positive_int)
+def test_any_non_positive_or_non_integer_size_is_one_line_naming_it(name: str, value: str) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        clear_settings(mp)
+        mp.setenv(name, value)
+        with pytest.raises(RecipeConfigError) as caught:
+            load_settings()
+    assert len(caught.value.problems) == 1
+    assert caught.value.problems[0].startswith(f"{name}={value!r}: ")

@@ -2,6 +2,8 @@
 
     plan [--json]   print the checked launch plan; needs no accelerator, imports no torch/ray/verl
     run             check the machine too, then run verl's GRPO trainer (`-- key=value` adds Hydra overrides)
+    prepare-data {geo3k,gsm8k} [--out DIR] [--source PATH]
+                    write verl's train/test parquet (default into $DATA_DIR/<dataset>); 1 if it cannot fetch or write
 
 Exit codes: 0 success; 2 bad settings or an unfit machine (one stderr line per
 problem, nothing started or written); otherwise the trainer's own exit code.
@@ -20,6 +22,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Sequence
 
+from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.errors import RecipeConfigError
 from recipe.plan import Plan, build_plan
 from recipe.settings import load_settings
@@ -33,6 +36,9 @@ TRAINER_MODULES: dict[str, dict[str, str]] = {
     "gpu": {"verl": "verl", "vllm": "vllm", "megatron.bridge": "megatron-bridge"},
     "npu": {"verl": "verl", "vllm_ascend": "vllm-ascend", "torch_npu": "torch_npu", "megatron.bridge": "megatron-bridge"},
 }
+#: Without these verl fails late or quietly: its length filter drops EVERY image row when
+#: qwen_vl_utils is missing, and its geo3k reward imports mathruler (both only in verl-core).
+TRAINER_SUPPORT_MODULES = {"qwen_vl_utils": "qwen-vl-utils", "mathruler": "mathruler"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="print the checked launch plan (no accelerator needed)")
     plan.add_argument("--json", action="store_true", help="one JSON document on stdout")
     commands.add_parser("run", help="check the machine, then run the trainer")
+    add_prepare_data_parser(commands)
     return parser
 
 
@@ -85,11 +92,13 @@ def run_problems(plan: Plan) -> list[str]:
     existing = next((p for p in [settings.checkpoint_dir, *settings.checkpoint_dir.parents] if p.exists()), None)
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         problems.append(f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: not writable by uid {os.getuid()}")
-    missing = [package for module, package in TRAINER_MODULES[device.name].items() if not _importable(module)]
+    needed = {**TRAINER_MODULES[device.name], **TRAINER_SUPPORT_MODULES}
+    missing = [package for module, package in needed.items() if not _importable(module)]
     if missing:
         problems.append(
             f"DEVICE={device.name}: trainer packages not installed ({', '.join(missing)}); "
-            f"use the {device.name} image (docker compose run --rm {device.name}) or install them"
+            f"use the {device.name} image (docker compose run --rm {device.name}), or install the packages "
+            f"of docker/{device.name}/requirements.lock beside the trainer extra (pip install '.[trainer]')"
         )
     return problems
 
@@ -149,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
         settings = load_settings()
+        if args.command == "prepare-data":
+            # Preparing data needs neither a valid layout nor a device.
+            return run_prepare_data(args, settings.data_dir)
         plan = build_plan(settings, os.environ, extra)
         if args.command == "plan":
             return _cmd_plan(plan, args.json)

@@ -1,26 +1,12 @@
-"""Shared fixtures: a clean environment so the machine's own variables never leak into a test."""
+"""Shared fixtures for the unit tests."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from recipe.settings import Settings
-
-REPO = Path(__file__).resolve().parents[2]
-ALLOC_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF")
-
-
-def clear_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Remove every recipe setting and allocator variable from the environment."""
-    names = {name.upper() for name in Settings.model_fields} | set(ALLOC_VARIABLES)
-    for key in list(os.environ):
-        if key.upper() in names:
-            monkeypatch.delenv(key)
+from .envtools import clear_settings
 
 
 @pytest.fixture
@@ -28,14 +14,3 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     """No recipe setting or allocator variable set; tests set what they need with monkeypatch.setenv."""
     clear_settings(monkeypatch)
     yield monkeypatch
-
-
-def entrypoint_env(**settings: str) -> dict[str, str]:
-    """A subprocess environment with only the given recipe settings (and what Python needs)."""
-    names = {name.upper() for name in Settings.model_fields} | set(ALLOC_VARIABLES)
-    env = {k: v for k, v in os.environ.items() if k.upper() not in names}
-    env.update(settings)
-    return env
-
-
-ENTRYPOINT = [sys.executable, str(REPO / "entrypoint.py")]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from conftest import ENTRYPOINT, REPO, clear_settings, entrypoint_env
+from .envtools import ENTRYPOINT, REPO, clear_settings, entrypoint_env
 from recipe import __version__
 from recipe.cli import main
 

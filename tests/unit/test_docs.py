@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import REPO
+from .envtools import REPO
 from recipe.settings import Settings
 
 

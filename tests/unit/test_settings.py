@@ -8,7 +8,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from recipe.errors import RecipeConfigError
 from recipe.settings import REDACTED, load_settings
 
-from conftest import clear_settings
+from .envtools import clear_settings
 
 INTEGER_SETTINGS = ["TP", "PP", "CP", "EP", "ETP", "GEN_TP", "NNODES", "NDEVICES_PER_NODE", "TOTAL_EPOCHS"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import clear_settings
+from .envtools import clear_settings
 from recipe.plan import build_plan
 from recipe.settings import load_settings
 

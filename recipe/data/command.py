@@ -1,0 +1,68 @@
+"""The `prepare-data` subcommand: its arguments and its handler, for recipe/cli.py to mount."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from recipe.data.errors import DataPreparationError
+from recipe.data.specs import SPECS
+
+
+def add_prepare_data_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    """Add `prepare-data {geo3k,gsm8k} [--out DIR] [--source PATH]` to `subparsers`."""
+    parser = subparsers.add_parser(
+        "prepare-data",
+        help="download a dataset and write verl's train/test parquet files",
+        description=(
+            "Load a dataset with Hugging Face datasets (the hub by default; HF_TOKEN, HF_ENDPOINT, "
+            "HF_HOME and HF_HUB_OFFLINE are read from the environment) and write OUT/train.parquet "
+            "and OUT/test.parquet in verl's RL format, atomically."
+        ),
+    )
+    parser.add_argument("dataset", choices=sorted(SPECS), help="geo3k (images, the default data) or gsm8k (text)")
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="output directory (default: $DATA_DIR/<dataset>)"
+    )
+    parser.add_argument(
+        "--source",
+        default=None,
+        metavar="PATH",
+        help="a local copy instead of the hub: save_to_disk output or a download of the hub repository",
+    )
+    return parser
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # `docker stop` sends SIGTERM; exiting through SystemExit runs the cleanup of staged files.
+    raise SystemExit(128 + signum)
+
+
+def run_prepare_data(args: argparse.Namespace, data_dir: Path) -> int:
+    """Prepare `args.dataset` into `args.out` or `data_dir/<dataset>`; print what was written.
+
+    Returns 0, or 1 after one `prepare-data: ...` line on stderr when the data cannot be
+    fetched or written. RecipeConfigError (a bad --source or --out) propagates to the CLI,
+    which reports it with exit code 2.
+    """
+    from recipe.data.prepare import prepare_dataset  # pulls in nothing heavy until it runs
+
+    out = args.out if args.out is not None else data_dir / args.dataset
+    # Signal handlers can only be set from the main thread (not when called from a worker thread).
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main_thread else None
+    try:
+        prepared = prepare_dataset(args.dataset, out, args.source)
+    except DataPreparationError as exc:
+        print(f"prepare-data: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    for line in prepared.summary():
+        print(line)
+    return 0

@@ -1,0 +1,159 @@
+"""Load a dataset's raw splits: from the Hugging Face hub, or from a local copy.
+
+The hub is reached through `datasets`/`huggingface_hub`, which read HF_TOKEN, HF_ENDPOINT
+(a mirror), HF_HOME (the cache) and HF_HUB_OFFLINE=1 (cache only) from the environment
+themselves; this module never reads or prints the first two, and removes them from any
+message it passes on.
+
+A local source is a directory holding either
+- `DatasetDict.save_to_disk()` output (it has `dataset_dict.json`), or
+- a download of the hub repository (`hf download <id> --repo-type dataset --local-dir DIR`)
+  or any folder `datasets.load_dataset(DIR)` reads (parquet/json/csv files per split).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from recipe.data.errors import DataPreparationError
+from recipe.data.specs import SPLITS, DatasetSpec
+from recipe.errors import RecipeConfigError
+
+if TYPE_CHECKING:
+    import datasets
+
+#: Environment values that must never appear in anything this package prints.
+_HIDDEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")
+
+
+def redact(text: str) -> str:
+    """`text` with the values of HF_TOKEN and HF_ENDPOINT (when set) replaced by `**********`."""
+    for name in _HIDDEN_ENV:
+        value = os.environ.get(name)
+        if value and len(value) >= 4:  # a 1-3 character value would blank out ordinary words
+            text = text.replace(value, "**********")
+    return text
+
+
+def describe_exception(exc: BaseException, limit: int = 300) -> str:
+    """One redacted line naming the exception: `Type: first line of its message`."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else ""
+    message = redact(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+class _RedactFilter(logging.Filter):
+    """Rewrites a log record whose text contains HF_TOKEN's or HF_ENDPOINT's value."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+#: Loggers whose handlers print what `datasets` and `huggingface_hub` log (their own, and the root's).
+_LIBRARY_LOGGERS = ("huggingface_hub", "datasets", "")
+
+
+@contextmanager
+def redacted_library_logs() -> Iterator[None]:
+    """While active, log lines printed by the hub libraries never show HF_TOKEN or HF_ENDPOINT.
+
+    huggingface_hub warns on every retry with the full URL (`... requesting HEAD
+    <HF_ENDPOINT>/datasets/...`). The filter sits on the handlers, which see the records of
+    every child logger that propagates to them.
+    """
+    handlers = {handler for name in _LIBRARY_LOGGERS for handler in logging.getLogger(name).handlers}
+    if logging.lastResort is not None:
+        handlers.add(logging.lastResort)
+    log_filter = _RedactFilter()
+    for handler in handlers:
+        handler.addFilter(log_filter)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(log_filter)
+
+
+def _load_hub(spec: DatasetSpec) -> datasets.DatasetDict:
+    import datasets  # configures the libraries' log handlers, so before redacted_library_logs()
+
+    try:
+        with redacted_library_logs():
+            loaded = datasets.load_dataset(spec.hub_id, spec.hub_config)
+    except Exception as exc:  # network, auth, missing cache: all end the command the same way
+        raise DataPreparationError(
+            f"{spec.name}: cannot load {spec.hub_id} from the Hugging Face hub ({describe_exception(exc)}); "
+            "set HF_ENDPOINT to reach a mirror, HF_TOKEN if the hub asks for one, "
+            "or pass --source with a local copy"
+        ) from None
+    return loaded  # type: ignore[return-value]  # with no split argument it is a DatasetDict
+
+
+def _load_local(spec: DatasetSpec, path: Path, label: str) -> datasets.DatasetDict:
+    import datasets
+
+    if not path.exists():
+        raise RecipeConfigError([f"{label}: no such directory"])
+    if not path.is_dir():
+        raise RecipeConfigError([f"{label}: must be a directory (save_to_disk output or a download of {spec.hub_id})"])
+    try:
+        if (path / "dataset_dict.json").is_file():
+            loaded = datasets.load_from_disk(str(path))
+        else:
+            # A download of the hub repository keeps the hub's configs (gsm8k: main, socratic);
+            # a plain folder of split files has only `default`.
+            config = spec.hub_config if spec.hub_config in datasets.get_dataset_config_names(str(path)) else None
+            loaded = datasets.load_dataset(str(path), config)
+    except Exception as exc:  # whatever `datasets` says, the folder is not a readable dataset
+        raise RecipeConfigError([f"{label}: cannot be read as a dataset ({describe_exception(exc)})"]) from None
+    if not isinstance(loaded, datasets.DatasetDict):
+        raise RecipeConfigError([f"{label}: holds a single split; need splits {', '.join(SPLITS)}"])
+    return loaded
+
+
+def check_source(spec: DatasetSpec, loaded: datasets.DatasetDict, label: str) -> None:
+    """Raise RecipeConfigError naming every missing split and column at once."""
+    problems: list[str] = []
+    for split in SPLITS:
+        if split not in loaded:
+            problems.append(f"{label}: has no split {split!r} (found: {', '.join(sorted(loaded)) or 'none'})")
+            continue
+        missing = [column for column in spec.columns if column not in loaded[split].column_names]
+        if missing:
+            problems.append(
+                f"{label}: split {split!r} lacks column(s) {', '.join(missing)} "
+                f"({spec.name} needs {', '.join(spec.columns)})"
+            )
+    if problems:
+        raise RecipeConfigError(problems)
+
+
+def load_source(
+    spec: DatasetSpec, source: str | os.PathLike[str] | None, say: Callable[[str], None]
+) -> datasets.DatasetDict:
+    """Load `spec`'s raw splits from the hub (`source` None) or the local directory `source`.
+
+    Raises RecipeConfigError for a source the user can fix, DataPreparationError when the hub
+    cannot be reached.
+    """
+    if source is None:
+        say(f"loading {spec.hub_id} from the Hugging Face hub (cached in HF_HOME)")
+        loaded = _load_hub(spec)
+        label = spec.hub_id
+    else:
+        path = Path(source).expanduser()
+        label = f"--source={source}"
+        say(f"loading {spec.name} from {path}")
+        loaded = _load_local(spec, path, label)
+    check_source(spec, loaded, label)
+    return loaded

@@ -1,0 +1,136 @@
+"""The prepare-data subcommand: arguments, default output folder, output lines, exit codes, signals."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from recipe.data import DataPreparationError
+from recipe.data.command import add_prepare_data_parser, run_prepare_data
+from recipe.errors import RecipeConfigError
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    """Parse argv with a parser that mounts prepare-data the way recipe/cli.py does."""
+    parser = argparse.ArgumentParser(prog="entrypoint.py")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_prepare_data_parser(subparsers)
+    return parser.parse_args(argv)
+
+
+def test_arguments() -> None:
+    args = parse("prepare-data", "gsm8k", "--out", "/x/y", "--source", "/src")
+    assert (args.command, args.dataset, args.out, args.source) == ("prepare-data", "gsm8k", Path("/x/y"), "/src")
+    args = parse("prepare-data", "geo3k")
+    assert (args.dataset, args.out, args.source) == ("geo3k", None, None)
+
+
+def test_unknown_dataset_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse("prepare-data", "mnist")
+    assert caught.value.code == 2
+    assert "invalid choice: 'mnist'" in capsys.readouterr().err
+
+
+def test_default_output_is_data_dir_slash_dataset_and_lines_go_to_stdout(
+    geo3k_source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    assert run_prepare_data(parse("prepare-data", "geo3k", "--source", str(geo3k_source)), data_dir) == 0
+    out = capsys.readouterr()
+    train, test = data_dir / "geo3k" / "train.parquet", data_dir / "geo3k" / "test.parquet"
+    # The settings' default TRAIN_FILES and VAL_FILES are exactly these two paths.
+    assert out.out.splitlines() == [
+        f"wrote {train}: 5 rows, {train.stat().st_size} bytes",
+        f"wrote {test}: 3 rows, {test.stat().st_size} bytes",
+    ]
+    assert f"loading geo3k from {geo3k_source}" in out.err
+
+
+def test_out_overrides_the_default(gsm8k_hub_snapshot: Path, tmp_path: Path) -> None:
+    args = parse("prepare-data", "gsm8k", "--source", str(gsm8k_hub_snapshot), "--out", str(tmp_path / "elsewhere"))
+    assert run_prepare_data(args, tmp_path / "data") == 0
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["test.parquet", "train.parquet"]
+    assert not (tmp_path / "data").exists()
+
+
+def test_preparation_failure_is_one_stderr_line_and_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import recipe.data.prepare
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise DataPreparationError("geo3k: cannot load hiyouga/geometry3k from the Hugging Face hub (boom)")
+
+    monkeypatch.setattr(recipe.data.prepare, "prepare_dataset", fail)
+    assert run_prepare_data(parse("prepare-data", "geo3k"), tmp_path) == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err == "prepare-data: geo3k: cannot load hiyouga/geometry3k from the Hugging Face hub (boom)\n"
+
+
+def test_bad_source_propagates_as_config_error(tmp_path: Path, needs_datasets: None) -> None:
+    with pytest.raises(RecipeConfigError, match="no such directory"):
+        run_prepare_data(parse("prepare-data", "geo3k", "--source", str(tmp_path / "nope")), tmp_path)
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_sigterm_mid_write_exits_143_and_leaves_no_file(
+    geo3k_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`docker stop` sends SIGTERM: the staged files are removed and the handler is restored."""
+    import pyarrow.parquet as pq
+
+    real_write_table = pq.ParquetWriter.write_table
+
+    def write_table(self: pq.ParquetWriter, *args: object, **kwargs: object) -> None:
+        real_write_table(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered to the main thread: this one
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", write_table)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as caught:
+        run_prepare_data(parse("prepare-data", "geo3k", "--source", str(geo3k_source)), tmp_path)
+    assert caught.value.code == 128 + signal.SIGTERM
+    assert list((tmp_path / "geo3k").iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_hub_unreachable_offline_exits_1_without_printing_secrets(tmp_path: Path, needs_datasets: None) -> None:
+    """The real hub path of `datasets`, offline with an empty cache: a clean error, no token, no endpoint."""
+    token, endpoint = "hf_NotARealToken0123456789", "http://127.0.0.1:9/private-mirror"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env |= {
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_TOKEN": token,
+        "HF_ENDPOINT": endpoint,
+        "PYTHONPATH": str(REPO),
+    }
+    script = textwrap.dedent(
+        f"""
+        import argparse, sys
+        from pathlib import Path
+        from recipe.data.command import add_prepare_data_parser, run_prepare_data
+        parser = argparse.ArgumentParser()
+        add_prepare_data_parser(parser.add_subparsers(dest="command"))
+        sys.exit(run_prepare_data(parser.parse_args(["prepare-data", "geo3k"]), Path({str(tmp_path / "data")!r})))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    assert "prepare-data: geo3k: cannot load hiyouga/geometry3k from the Hugging Face hub (" in result.stderr
+    assert token not in result.stderr and endpoint not in result.stderr
+    assert not (tmp_path / "data" / "geo3k").exists()

@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import sys
 from importlib.util import find_spec
 from pathlib import Path
@@ -24,8 +25,11 @@ from typing import Sequence
 
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.errors import RecipeConfigError
+from recipe.export.commands import add_export_commands, run_export, run_verify_export
+from recipe.export.watch import REPORT_NAME, check_export, find_hf_exports, watch_exports
+from recipe.launch import checkpoint_root
 from recipe.plan import Plan, build_plan
-from recipe.settings import load_settings
+from recipe.settings import Settings, load_settings
 
 logger = logging.getLogger("recipe")
 
@@ -52,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="one JSON document on stdout")
     commands.add_parser("run", help="check the machine, then run the trainer")
     add_prepare_data_parser(commands)
+    add_export_commands(commands)
     return parser
 
 
@@ -72,6 +77,14 @@ def _readable_file(name: str, path: Path) -> str | None:
     return None
 
 
+def _smoke_assets_root(settings: Settings) -> Path | None:
+    if settings.profile != "smoke":
+        return None
+    from recipe.smoke import assets_root
+
+    return assets_root(settings.checkpoint_dir)
+
+
 def run_problems(plan: Plan) -> list[str]:
     """What makes this machine unfit for `run` although the plan itself is sound."""
     settings, device = plan.settings, plan.device
@@ -83,10 +96,17 @@ def run_problems(plan: Plan) -> list[str]:
             f"NDEVICES_PER_NODE={plan.layout.ndevices_per_node}: only {device.visible_devices} "
             f"{device.name} device(s) visible on this node"
         )
-    if not (settings.model_path / "config.json").is_file():
+    # PROFILE=smoke builds its own model and data (under CHECKPOINT_DIR/smoke-assets) once
+    # every check has passed: those paths cannot exist yet; paths pointed elsewhere are checked.
+    built = _smoke_assets_root(settings)
+
+    def made_by_run(path: Path) -> bool:
+        return built is not None and path.is_relative_to(built)
+
+    if not made_by_run(settings.model_path) and not (settings.model_path / "config.json").is_file():
         problems.append(f"MODEL_PATH={str(settings.model_path)!r}: no config.json there (download the model first)")
     for name, path in (("TRAIN_FILES", settings.resolved_train_files), ("VAL_FILES", settings.resolved_val_files)):
-        problem = _readable_file(name, path)
+        problem = None if made_by_run(path) else _readable_file(name, path)
         if problem:
             problems.append(problem)
     existing = next((p for p in [settings.checkpoint_dir, *settings.checkpoint_dir.parents] if p.exists()), None)
@@ -101,6 +121,32 @@ def run_problems(plan: Plan) -> list[str]:
             f"of docker/{device.name}/requirements.lock beside the trainer extra (pip install '.[trainer]')"
         )
     return problems
+
+
+def resume_problem(plan: Plan) -> str | None:
+    """Refuse to resume from a broken lenient export.
+
+    With verl's defaults (no Megatron dist checkpoint) the HF export of a save is the
+    only copy of the model weights, and `trainer.resume_mode=auto` reloads it: training
+    on from an export that lost tensors would silently continue from a damaged model.
+    """
+    root = checkpoint_root(plan.settings)
+    tracker = root / "latest_checkpointed_iteration.txt"
+    if not tracker.is_file():
+        return None
+    step = tracker.read_text(encoding="utf-8").strip()
+    exports = [e for e in find_hf_exports(root) if str(e.step) == step and e.ready]
+    if not exports:
+        return None
+    report = check_export(exports[0], reference=None)
+    if report is None or report.status != "broken":
+        return None
+    lost = ", ".join((report.missing + report.critical)[:5])
+    return (
+        f"CHECKPOINT_DIR={str(plan.settings.checkpoint_dir)!r}: the checkpoint resume would load (step {step}) has a "
+        f"broken HF export ({lost}); see {exports[0].directory.parent / REPORT_NAME}. Resume from an earlier step with "
+        "`-- trainer.resume_mode=resume_path trainer.resume_from_path=<its global_step_N dir>`, or move it away"
+    )
 
 
 def _importable(module: str) -> bool:
@@ -142,13 +188,47 @@ def _cmd_plan(plan: Plan, as_json: bool) -> int:
     return 0
 
 
+def _prepare_smoke(root: Path) -> None:
+    """PROFILE=smoke: build (or reuse) the tiny model and data the plan points at, offline.
+
+    torch, transformers and pyarrow come with verl, which run_problems has found installed.
+    """
+    from recipe.smoke import prepare_smoke_assets
+
+    print(f"Preparing the smoke model and data in {root}", flush=True)
+    prepare_smoke_assets(root)
+
+
 def _cmd_run(plan: Plan) -> int:
     problems = run_problems(plan)
+    # The smoke profile never resumes (resume_mode=disable), so an old smoke export cannot block it.
+    if not problems and plan.settings.profile != "smoke":
+        # Only once the machine is fit: the check imports torch and transformers.
+        problem = resume_problem(plan)
+        if problem:
+            problems.append(problem)
     if problems:
         raise RecipeConfigError(problems)
     plan.settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    smoke_root = _smoke_assets_root(plan.settings)
+    if smoke_root is not None:
+        _prepare_smoke(smoke_root)
     print("Executing: " + shlex.join(plan.argv), flush=True)
-    return execute(plan.argv, _trainer_environment(plan))
+    # Check each HF export as soon as verl finishes that save; loud (ERROR) when broken.
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=watch_exports,
+        args=(checkpoint_root(plan.settings), stop),
+        kwargs={"reference": plan.settings.model_path},
+        name="hf-export-check",
+        daemon=True,
+    )
+    watcher.start()
+    try:
+        return execute(plan.argv, _trainer_environment(plan))
+    finally:
+        stop.set()  # one last sweep: the final save lands right before the trainer exits
+        watcher.join(timeout=600)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,8 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours, extra = _split_extra(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(ours)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "verify-export":
+        # Needs no settings: checking a directory must work whatever the environment says.
+        return run_verify_export(args)
     try:
         settings = load_settings()
+        if args.command == "export":
+            return run_export(args, checkpoint_root(settings), settings.model_path, settings.export_strict)
         if args.command == "prepare-data":
             # Preparing data needs neither a valid layout nor a device.
             return run_prepare_data(args, settings.data_dir)

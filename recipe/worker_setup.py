@@ -61,8 +61,15 @@ def _guarded_switch(original: Callable[[bool], None], active: bool) -> Callable[
 
 
 def configure_worker() -> None:
-    """Install the allocator decision into verl in this process (called by Ray in each worker)."""
+    """Install the recipe's guards into verl in this process (called by Ray in each worker).
+
+    The allocator decision (below), and the JSON-safe writer of the transformer config
+    that verl saves beside each checkpoint (recipe.export.verl_patch).
+    """
     logging.basicConfig(level=logging.INFO)
+    from recipe.export.verl_patch import install
+
+    install()
     import verl.utils.device as verl_device
 
     original = getattr(verl_device, "set_expandable_segments", None)

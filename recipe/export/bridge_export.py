@@ -1,0 +1,181 @@
+"""Export the latest verl Megatron checkpoint to Hugging Face with Megatron-Bridge, then check it.
+
+Where the weights come from: verl 0.9.1 saves Megatron model shards under
+`global_step_<N>/actor/model/dist_ckpt/` only with `megatron.use_dist_checkpointing=True`.
+With it off (verl's default, and the recipe's), a checkpoint's model weights exist only
+as the HF export verl wrote at that save (`actor/model/huggingface/`): there is nothing
+to re-export, and this module says so and points at `verify-export`.
+
+How: the Megatron model is built from MODEL_PATH's config by Megatron-Bridge (as verl's
+engine does), the dist checkpoint is loaded into it with megatron-core's
+dist_checkpointing (which reshards: the export may use other parallel sizes than
+training), the bridge writes HF safetensors with the chosen strictness, the config and
+tokenizer files are copied from MODEL_PATH, and the result is checked against the
+model class and against MODEL_PATH.
+
+Limits (measured, see docs/export.md): it runs as one process (world size 1). On cpu
+it uses Megatron's local layer specs, which exist for Qwen3 / Qwen3-MoE but not for
+Qwen3.5's Gated DeltaNet (Transformer-Engine only), so Qwen3.5 needs device="cuda"
+with Transformer Engine and enough memory for the whole model on one device.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from recipe.export.expected import ExportCheckError
+from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS, verify_export
+from recipe.export.report import ExportReport
+from recipe.export.watch import MANIFEST, STEP_DIR, _step_dirs
+
+logger = logging.getLogger("recipe.export.bridge_export")
+
+DIST_CKPT_SUBDIR = "actor/model/dist_ckpt"
+#: Files of MODEL_PATH that are weights; everything else (config, tokenizer, processor) is copied.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+_WEIGHT_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+class ExportError(Exception):
+    """The export cannot be made (no finished checkpoint, no Megatron weights in it, ...)."""
+
+
+def latest_checkpoint(checkpoint_dir: Path) -> Path:
+    """The finished `global_step_<N>` directory with the highest N (verl writes the manifest last)."""
+    finished = [d for d in _step_dirs(Path(checkpoint_dir), 3) if (d / MANIFEST).is_file()]
+    if not finished:
+        raise ExportError(f"{checkpoint_dir}: no finished verl checkpoint (global_step_N/{MANIFEST}) found")
+    return max(finished, key=lambda d: int(STEP_DIR.match(d.name).group(1)))  # type: ignore[union-attr]
+
+
+def _ensure_world() -> None:
+    """torch.distributed and Megatron's parallel state for one process, unless already set up."""
+    import torch
+    from megatron.core import parallel_state
+
+    if not torch.distributed.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if "MASTER_PORT" not in os.environ:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        torch.distributed.init_process_group(backend, rank=0, world_size=1)
+    if torch.distributed.get_world_size() != 1:
+        raise ExportError(f"export runs as one process; world size is {torch.distributed.get_world_size()}")
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel()
+
+
+def _build_model(bridge: Any, device: Literal["cpu", "cuda"]) -> list[Any]:
+    """An empty Megatron model for the bridge's config, on one process."""
+    import torch
+
+    provider = bridge.to_megatron_provider(load_weights=False)
+    provider.tensor_model_parallel_size = provider.pipeline_model_parallel_size = 1
+    provider.expert_model_parallel_size = provider.context_parallel_size = 1
+    provider.expert_tensor_parallel_size = 1
+    provider.sequence_parallel = False
+    if device == "cpu":
+        from megatron.bridge.models.gpt_provider import local_layer_spec
+
+        # Local (non-TE) layers and no fused kernels: those need Transformer Engine / CUDA.
+        provider.transformer_layer_spec = local_layer_spec
+        provider.use_cpu_initialization = True
+        provider.moe_token_dispatcher_type = "allgather"
+        provider.moe_grouped_gemm = False
+        for fused in (
+            "moe_permute_fusion",
+            "apply_rope_fusion",
+            "bias_activation_fusion",
+            "masked_softmax_fusion",
+            "bias_dropout_fusion",
+            "persist_layer_norm",
+            "cross_entropy_loss_fusion",
+            "gradient_accumulation_fusion",
+        ):
+            if hasattr(provider, fused):
+                setattr(provider, fused, False)
+        provider.bf16 = provider.fp16 = False
+        provider.params_dtype = torch.float32
+    provider.finalize()
+    return provider.provide_distributed_model(
+        wrap_with_ddp=False,
+        use_cpu_initialization=device == "cpu",
+        bf16=provider.bf16,
+        fp16=provider.fp16,
+    )
+
+
+def load_verl_dist_checkpoint(model: list[Any], dist_ckpt_dir: Path) -> None:
+    """Load verl's `model/dist_ckpt` (keys `model`, or `model<i>` per virtual stage) into `model`."""
+    from megatron.core import dist_checkpointing, parallel_state
+
+    metadata = dict(dist_checkpointing.load_content_metadata(str(dist_ckpt_dir)) or {})
+    metadata["dp_cp_group"] = parallel_state.get_data_parallel_group(with_context_parallel=True)
+    keys = ["model"] if len(model) == 1 else [f"model{i}" for i in range(len(model))]
+    sharded = {key: chunk.sharded_state_dict(metadata=metadata) for key, chunk in zip(keys, model)}
+    state = dist_checkpointing.load(sharded, str(dist_ckpt_dir))
+    for key, chunk in zip(keys, model):
+        chunk.load_state_dict(state[key], strict=True)
+
+
+def _copy_non_weights(model_path: Path, out_dir: Path) -> None:
+    for item in model_path.iterdir():
+        if item.is_file() and not item.name.endswith(_WEIGHT_SUFFIXES) and item.name not in _WEIGHT_NAMES:
+            shutil.copy2(item, out_dir / item.name)
+
+
+def export_latest(
+    checkpoint_dir: Path,
+    model_path: Path,
+    out_dir: Path,
+    strict: bool = False,
+    allowed_patterns: Sequence[str] = DEFAULT_ALLOWED_PATTERNS,
+    device: Literal["cpu", "cuda"] | None = None,
+) -> ExportReport:
+    """Export the newest finished checkpoint's Megatron weights to `out_dir` as HF, and check it.
+
+    `strict` is Megatron-Bridge's strict key matching (False writes what matches). The
+    returned report compares the export with its model class and with `model_path`.
+    Raises ExportError when there is nothing to export, and whatever Megatron-Bridge
+    raises when strict=True finds a mismatch.
+    """
+    import torch
+    from megatron.bridge import AutoBridge
+
+    step_dir = latest_checkpoint(Path(checkpoint_dir))
+    dist_ckpt = step_dir / DIST_CKPT_SUBDIR
+    if not dist_ckpt.is_dir():
+        hf_dir = step_dir / "actor" / "model" / "huggingface"
+        raise ExportError(
+            f"{step_dir}: no Megatron model weights ({DIST_CKPT_SUBDIR}); with use_dist_checkpointing off the "
+            f"HF export verl wrote is the only copy of them: check it with `verify-export {hf_dir}`"
+        )
+    model_path, out_dir = Path(model_path), Path(out_dir)
+    if not (model_path / "config.json").is_file():
+        raise ExportError(f"MODEL_PATH={str(model_path)!r}: no config.json there")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ExportError(f"{out_dir}: not empty (an export never mixes with older files)")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    _ensure_world()
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    bridge = AutoBridge.from_hf_pretrained(str(model_path), dtype=dtype)
+    model = _build_model(bridge, device)
+    logger.info("loading %s", dist_ckpt)
+    load_verl_dist_checkpoint(model, dist_ckpt)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _copy_non_weights(model_path, out_dir)
+    logger.info("writing HF weights to %s (strict=%s)", out_dir, strict)
+    bridge.save_hf_weights(model, str(out_dir), strict=strict, show_progress=False)
+    try:
+        return verify_export(out_dir, allowed_patterns, reference=model_path)
+    except ExportCheckError as error:
+        raise ExportError(str(error)) from error

@@ -1,0 +1,123 @@
+"""The `verify-export` and `export` subcommands: argparse wiring and handlers for recipe.cli.
+
+    verify-export DIR [--json] [--allow REGEX]... [--no-default-allow] [--reference DIR]
+    export --out DIR [--checkpoint-dir DIR] [--model-path DIR] [--strict|--lenient] [--json]
+
+Exit codes: 0 complete or lenient; 1 broken; 2 the directory cannot be checked or
+there is nothing to export (one `error:` line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS
+from recipe.export.report import ExportReport
+
+EXIT_UNCHECKABLE = 2
+
+
+def add_export_commands(commands: Any) -> None:
+    """Add `verify-export` and `export` to an argparse subparsers object."""
+    verify = commands.add_parser(
+        "verify-export",
+        help="check an exported Hugging Face checkpoint (exit 1 when broken)",
+        description="Compare the tensors in DIR's safetensors shards, its index and what the model class of "
+        "DIR/config.json expects; report missing, unexpected, mis-shaped and ghost tensors and classify the "
+        "export as complete, lenient or broken. DIR may also be a checkpoint directory: its newest HF export "
+        "is checked.",
+    )
+    verify.add_argument("directory", type=Path, metavar="DIR")
+    _common(verify)
+    verify.add_argument(
+        "--reference",
+        type=Path,
+        metavar="DIR",
+        help="the checkpoint the export started from (e.g. $MODEL_PATH): also report what the export dropped",
+    )
+
+    export = commands.add_parser(
+        "export",
+        help="export the newest verl Megatron checkpoint to Hugging Face with Megatron-Bridge, then check it",
+    )
+    export.add_argument("--out", type=Path, required=True, metavar="DIR", help="an empty or new directory")
+    export.add_argument("--checkpoint-dir", type=Path, metavar="DIR", help="default: this experiment's checkpoints")
+    export.add_argument("--model-path", type=Path, metavar="DIR", help="default: $MODEL_PATH")
+    strictness = export.add_mutually_exclusive_group()
+    strictness.add_argument(
+        "--strict", dest="strict", action="store_true", default=None, help="fail on any key mismatch"
+    )
+    strictness.add_argument("--lenient", dest="strict", action="store_false", help="write what matches (default)")
+    _common(export)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="a tensor name pattern (re.search) whose absence or presence is accepted; repeatable",
+    )
+    parser.add_argument(
+        "--no-default-allow",
+        action="store_true",
+        help=f"do not allow {', '.join(DEFAULT_ALLOWED_PATTERNS)} (multi-token-prediction layers) by default",
+    )
+
+
+def allowed_patterns(args: argparse.Namespace) -> list[str]:
+    """The default patterns (unless --no-default-allow) plus every --allow."""
+    return ([] if args.no_default_allow else list(DEFAULT_ALLOWED_PATTERNS)) + list(args.allow)
+
+
+def _print(report: ExportReport, as_json: bool) -> int:
+    print(report.to_json() if as_json else report.summary())
+    return report.exit_code
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_UNCHECKABLE
+
+
+def _resolve_export_dir(directory: Path) -> Path:
+    """DIR itself when it holds a checkpoint; else the newest finished HF export below it."""
+    from recipe.export.watch import latest_hf_export
+
+    if (directory / "config.json").is_file() or any(directory.glob("*.safetensors")):
+        return directory
+    latest = latest_hf_export(directory)
+    return latest.directory if latest is not None else directory
+
+
+def run_verify_export(args: argparse.Namespace) -> int:
+    """Handler of `verify-export`; returns the exit code."""
+    from recipe.export.hf_check import ExportCheckError, verify_export
+
+    try:
+        report = verify_export(_resolve_export_dir(args.directory), allowed_patterns(args), reference=args.reference)
+    except ExportCheckError as error:
+        return _fail(str(error))
+    return _print(report, args.json)
+
+
+def run_export(args: argparse.Namespace, checkpoint_dir: Path, model_path: Path, strict: bool) -> int:
+    """Handler of `export`; the defaults come from the recipe's settings (the CLI passes them)."""
+    from recipe.export.bridge_export import ExportError, export_latest
+
+    try:
+        report = export_latest(
+            args.checkpoint_dir or checkpoint_dir,
+            args.model_path or model_path,
+            args.out,
+            strict=strict if args.strict is None else args.strict,
+            allowed_patterns=allowed_patterns(args),
+        )
+    except ExportError as error:
+        return _fail(str(error))
+    return _print(report, args.json)

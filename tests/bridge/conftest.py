@@ -1,0 +1,263 @@
+"""Megatron-Bridge on CPU: import shims, a gloo world of one, and a tiny Qwen3-MoE.
+
+Megatron-Bridge 0.6.2 and megatron-core 0.19.2 declare Python >= 3.12 and import
+GPU-only packages; they work on CPU with Python 3.11 after two shims that live here,
+in the tests only:
+- `typing.override` (new in 3.12) from typing_extensions;
+- a stand-in for `transformer_engine`, given ONLY to
+  megatron/bridge/peft/lora_layers.py, which imports it unconditionally at module
+  level for LoRA classes these tests never use. Every other importer still gets
+  ImportError, so megatron-core keeps choosing its local (non-TE) code paths.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REQUIRED = ("torch", "transformers", "megatron.core", "megatron.bridge", "modelopt", "triton")
+
+
+def _absent() -> list[str]:
+    missing = []
+    for name in REQUIRED:
+        try:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+        except (ImportError, ValueError):
+            missing.append(name)
+    return missing
+
+
+_MISSING = _absent()
+#: Why every test here is skipped on this machine, or None when they can run.
+SKIP_REASON = (
+    f"Megatron-Bridge CPU tests need {', '.join(_MISSING)} (install steps: docs/export.md, 'Running the tests')"
+    if _MISSING
+    else None
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip (with the reason) every test of this directory when the packages are absent."""
+    if SKIP_REASON is None:
+        return
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+
+
+LORA_LAYERS = "megatron/bridge/peft/lora_layers.py"
+
+
+class _StubModule(types.ModuleType):
+    """Any attribute: a fresh class for Capitalised names (isinstance checks fail), else a submodule."""
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        value: Any = type(attr, (), {}) if attr[:1].isupper() else _StubModule(f"{self.__name__}.{attr}")
+        setattr(self, attr, value)
+        return value
+
+
+class _LoraOnlyTransformerEngine(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves `transformer_engine*` only when the import comes from Megatron-Bridge's lora_layers.py."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname.split(".")[0] != "transformer_engine":
+            return None
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename.replace("\\", "/").endswith(LORA_LAYERS):
+                return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+            frame = frame.f_back
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StubModule(spec.name)
+        module.__path__ = []  # type: ignore[attr-defined]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def install_shims() -> None:
+    """The two shims above; idempotent."""
+    if not hasattr(typing, "override"):
+        import typing_extensions
+
+        typing.override = typing_extensions.override  # type: ignore[attr-defined]
+    if not any(isinstance(f, _LoraOnlyTransformerEngine) for f in sys.meta_path):
+        sys.meta_path.insert(0, _LoraOnlyTransformerEngine())
+
+
+if SKIP_REASON is None:
+    install_shims()
+    import torch
+    from safetensors.torch import load_file, save_file
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def gloo_world() -> Iterator[None]:
+    """torch.distributed (gloo, world size 1) and Megatron's model-parallel state, all sizes 1."""
+    from megatron.core import parallel_state
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(_free_port())
+    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    parallel_state.initialize_model_parallel()
+    yield
+    parallel_state.destroy_model_parallel()
+    torch.distributed.destroy_process_group()
+
+
+def tiny_qwen3_moe_config() -> Any:
+    """A Qwen3-MoE small enough for CPU: 2 layers, 4 experts, hidden 32."""
+    from transformers import Qwen3MoeConfig
+
+    return Qwen3MoeConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def qwen3_moe_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen3-MoE as an HF checkpoint in several shards with an index (like a Hub model)."""
+    from transformers import Qwen3MoeForCausalLM
+
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("qwen3moe") / "source"
+    Qwen3MoeForCausalLM(tiny_qwen3_moe_config()).save_pretrained(directory, max_shard_size="20KB")
+    assert len(list(directory.glob("*.safetensors"))) > 2
+    return directory
+
+
+def cpu_provider(bridge: Any, load_weights: bool) -> Any:
+    """The bridge's provider set up for CPU: local layer specs, no fused kernels, fp32."""
+    from megatron.bridge.models.gpt_provider import local_layer_spec
+
+    provider = bridge.to_megatron_provider(load_weights=load_weights)
+    provider.transformer_layer_spec = local_layer_spec
+    provider.use_cpu_initialization = True
+    provider.moe_token_dispatcher_type = "allgather"
+    provider.moe_grouped_gemm = False
+    for fused in (
+        "moe_permute_fusion",
+        "apply_rope_fusion",
+        "bias_activation_fusion",
+        "masked_softmax_fusion",
+        "bias_dropout_fusion",
+        "persist_layer_norm",
+        "cross_entropy_loss_fusion",
+        "gradient_accumulation_fusion",
+    ):
+        setattr(provider, fused, False)
+    provider.bf16 = provider.fp16 = False
+    provider.params_dtype = torch.float32
+    provider.finalize()
+    return provider
+
+
+@pytest.fixture(scope="session")
+def megatron_model(gloo_world: None, qwen3_moe_source: Path) -> list[Any]:
+    """The tiny Qwen3-MoE as a Megatron GPTModel, weights loaded from the source by the bridge."""
+    from megatron.bridge import AutoBridge
+
+    bridge = AutoBridge.from_hf_pretrained(str(qwen3_moe_source), dtype=torch.float32)
+    return cpu_provider(bridge, load_weights=True).provide_distributed_model(
+        wrap_with_ddp=False, use_cpu_initialization=True, bf16=False, fp16=False
+    )
+
+
+def load_all(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of an HF checkpoint directory (tiny models only)."""
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(directory.glob("*.safetensors")):
+        tensors.update(load_file(shard))
+    return tensors
+
+
+def derive_source(
+    source: Path, target: Path, change: Callable[[dict[str, torch.Tensor], dict[str, str]], None]
+) -> Path:
+    """A copy of `source` whose tensors and index were changed by `change(tensors, weight_map)`.
+
+    Tensors keep their shard when they stay; a new tensor goes to the shard `weight_map` names.
+    """
+    shutil.copytree(source, target)
+    index_path = target / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    tensors = load_all(target)
+    change(tensors, index["weight_map"])
+    for shard in target.glob("*.safetensors"):
+        shard.unlink()
+    by_shard: dict[str, dict[str, torch.Tensor]] = {}
+    for name, tensor in tensors.items():
+        by_shard.setdefault(index["weight_map"][name], {})[name] = tensor.contiguous()
+    index["weight_map"] = {name: shard for name, shard in index["weight_map"].items() if name in tensors}
+    for shard, content in by_shard.items():
+        save_file(content, target / shard)
+    index_path.write_text(json.dumps(index, indent=2))
+    return target
+
+
+@pytest.fixture
+def tensors_of() -> Callable[[Path], dict[str, torch.Tensor]]:
+    """load_all, as a fixture."""
+    return load_all
+
+
+@pytest.fixture
+def make_source() -> Callable[..., Path]:
+    """derive_source, as a fixture."""
+    return derive_source
+
+
+@pytest.fixture
+def export_with_bridge(megatron_model: list[Any]) -> Callable[[Path, Path, bool], None]:
+    """Save the Megatron model as HF weights with a bridge made from `source`, as verl does at a save.
+
+    verl writes config.json (hf_config.save_pretrained) next to the weights; so does this.
+    """
+    from megatron.bridge import AutoBridge
+
+    def export(source: Path, out: Path, strict: bool) -> None:
+        bridge = AutoBridge.from_hf_pretrained(str(source), dtype=torch.float32)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source / "config.json", out / "config.json")
+        bridge.save_hf_weights(megatron_model, str(out), strict=strict, show_progress=False)
+
+    return export

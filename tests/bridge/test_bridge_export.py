@@ -1,0 +1,102 @@
+"""export_latest: a verl-layout Megatron checkpoint -> HF safetensors with Megatron-Bridge -> check.
+
+The checkpoint is written with verl 0.9.1's own `save_dist_checkpointing` and the
+sharded state dict layout of its MegatronCheckpointManager (`{"model": ...}`), from
+the tiny Qwen3-MoE whose final norm was changed first, so the test can tell that the
+export came from the checkpoint and not from MODEL_PATH.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="Megatron-Bridge CPU tests need torch")
+
+pytest.importorskip("verl", reason="writes the checkpoint with verl's own dist_checkpointing helper")
+
+from recipe.export.bridge_export import ExportError, export_latest, latest_checkpoint
+
+FINAL_NORM = "model.norm.weight"
+
+
+def write_verl_checkpoint(model: list[Any], default_local_dir: Path, step: int) -> Path:
+    """What verl's save_checkpoint writes for save_contents=[model] with use_dist_checkpointing=True."""
+    from megatron.core import parallel_state
+    from verl.utils.megatron.dist_checkpointing import save_dist_checkpointing
+
+    actor = default_local_dir / f"global_step_{step}" / "actor"
+    content_metadata = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
+    metadata = dict(content_metadata, dp_cp_group=parallel_state.get_data_parallel_group(with_context_parallel=True))
+    sharded = {"model": model[0].sharded_state_dict(metadata=metadata)}
+    (actor / "model" / "dist_ckpt").mkdir(parents=True)  # verl's local_mkdir_safe
+    # megatron-core's torch_dist writer calls torch.cuda.synchronize() after its device-to-host
+    # copy and puts its failure flag on torch.cuda.current_device(); a CPU-only torch refuses
+    # both. On CPU there is nothing to synchronise and the flag can live on the CPU (gloo).
+    with (
+        mock.patch.object(torch.cuda, "synchronize", lambda *args, **kwargs: None),
+        mock.patch.object(torch.cuda, "current_device", lambda: "cpu"),
+    ):
+        save_dist_checkpointing(sharded, str(actor / "model" / "dist_ckpt"), content_metadata=content_metadata)
+    (actor / "ckpt_contents.json").write_text(json.dumps({"global_step": step}))
+    (default_local_dir / "latest_checkpointed_iteration.txt").write_text(str(step))
+    return actor
+
+
+@pytest.fixture(scope="module")
+def verl_checkpoint(megatron_model: list[Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("verl") / "project" / "experiment"
+    norm = dict(megatron_model[0].named_parameters())["decoder.final_layernorm.weight"]
+    with torch.no_grad():
+        norm.add_(1.0)
+    try:
+        write_verl_checkpoint(megatron_model, root, 7)
+    finally:
+        with torch.no_grad():
+            norm.sub_(1.0)
+    # An older, unfinished save must not be picked: no manifest.
+    (root / "global_step_9" / "actor" / "model" / "dist_ckpt").mkdir(parents=True)
+    return root
+
+
+def test_latest_checkpoint_skips_unfinished(verl_checkpoint: Path) -> None:
+    assert latest_checkpoint(verl_checkpoint.parent.parent) == verl_checkpoint / "global_step_7"
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_export_latest_is_complete_and_carries_trained_weights(
+    verl_checkpoint: Path, qwen3_moe_source: Path, tmp_path: Path, tensors_of, strict: bool
+) -> None:
+    out = tmp_path / "hf"
+    report = export_latest(verl_checkpoint, qwen3_moe_source, out, strict=strict, device="cpu")
+
+    assert report.status == "complete", report.summary()
+    assert report.reference == str(qwen3_moe_source) and report.dropped == []
+    assert (out / "config.json").is_file() and (out / "generation_config.json").is_file()
+    exported, source = tensors_of(out), tensors_of(qwen3_moe_source)
+    assert exported.keys() == source.keys()
+    assert torch.equal(exported[FINAL_NORM], source[FINAL_NORM] + 1.0)
+    for name in source:
+        if name != FINAL_NORM:
+            assert torch.equal(exported[name], source[name]), name
+
+
+def test_export_refuses_checkpoint_without_megatron_weights(tmp_path: Path, qwen3_moe_source: Path) -> None:
+    actor = tmp_path / "global_step_3" / "actor"
+    (actor / "model" / "huggingface").mkdir(parents=True)
+    (actor / "ckpt_contents.json").write_text("{}")
+    with pytest.raises(
+        ExportError, match=r"no Megatron model weights .*`verify-export .*/global_step_3/actor/model/huggingface`"
+    ):
+        export_latest(tmp_path, qwen3_moe_source, tmp_path / "out")
+
+
+def test_export_refuses_a_non_empty_target(verl_checkpoint: Path, qwen3_moe_source: Path, tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "old.safetensors").write_bytes(b"")
+    with pytest.raises(ExportError, match="not empty"):
+        export_latest(verl_checkpoint, qwen3_moe_source, tmp_path / "out")

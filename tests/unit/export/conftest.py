@@ -1,0 +1,127 @@
+"""A tiny Qwen3.5-MoE (transformers `qwen3_5_moe`, the recipe's model family) saved to disk,
+and helpers that damage a checkpoint the way a lenient export can."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the export check needs torch (install the trainer extra)")
+transformers = pytest.importorskip("transformers", reason="the export check needs transformers")
+from safetensors.torch import load_file, save_file
+
+#: Same shape rules as Qwen3.5-35B-A3B, scaled down: every 4th layer full attention,
+#: Gated DeltaNet otherwise, routed + shared experts, a vision tower.
+TINY_TEXT = dict(
+    vocab_size=128,
+    hidden_size=32,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=16,
+    shared_expert_intermediate_size=16,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=8,
+    linear_value_head_dim=8,
+    full_attention_interval=4,
+    max_position_embeddings=64,
+)
+TINY_VISION = dict(
+    depth=1,
+    hidden_size=16,
+    intermediate_size=32,
+    num_heads=2,
+    out_hidden_size=32,
+    patch_size=4,
+    temporal_patch_size=2,
+    spatial_merge_size=2,
+)
+
+
+def tiny_qwen35_moe(tie_word_embeddings: bool = False):
+    """A randomly initialised Qwen3_5MoeForConditionalGeneration with about 30k parameters."""
+    from transformers.models.qwen3_5_moe import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+
+    config = Qwen3_5MoeConfig(
+        text_config=dict(TINY_TEXT, tie_word_embeddings=tie_word_embeddings),
+        vision_config=TINY_VISION,
+        tie_word_embeddings=tie_word_embeddings,
+    )
+    torch.manual_seed(0)
+    return Qwen3_5MoeForConditionalGeneration(config)
+
+
+@pytest.fixture(scope="session")
+def qwen35_saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model written by save_pretrained in several shards with an index."""
+    directory = tmp_path_factory.mktemp("qwen35") / "hf"
+    tiny_qwen35_moe().save_pretrained(directory, max_shard_size="20KB")
+    assert (directory / "model.safetensors.index.json").is_file()
+    return directory
+
+
+@pytest.fixture
+def qwen35_copy(qwen35_saved: Path, tmp_path: Path) -> Path:
+    """A private copy of the saved tiny model, free to damage."""
+    target = tmp_path / "export"
+    shutil.copytree(qwen35_saved, target)
+    return target
+
+
+def load_all(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of an HF checkpoint directory (tiny models only)."""
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(directory.glob("*.safetensors")):
+        tensors.update(load_file(shard))
+    return tensors
+
+
+def rewrite(directory: Path, change: Callable[[dict[str, torch.Tensor]], None]) -> None:
+    """Apply `change` to the tensors, then write them back as one shard with a consistent index."""
+    tensors = load_all(directory)
+    change(tensors)
+    for shard in directory.glob("*.safetensors"):
+        shard.unlink()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, directory / "model-00001-of-00001.safetensors")
+    index = {"metadata": {}, "weight_map": {name: "model-00001-of-00001.safetensors" for name in tensors}}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+def edit_index(directory: Path, change: Callable[[dict[str, str]], None]) -> None:
+    """Apply `change` to the index's weight_map only (the shards stay as they are)."""
+    path = directory / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    change(index["weight_map"])
+    path.write_text(json.dumps(index))
+
+
+@pytest.fixture
+def tensors_of() -> Callable[[Path], dict[str, torch.Tensor]]:
+    """load_all, as a fixture (test modules do not import conftest)."""
+    return load_all
+
+
+@pytest.fixture
+def rewrite_checkpoint() -> Callable[[Path, Callable[[dict[str, torch.Tensor]], None]], None]:
+    """rewrite, as a fixture."""
+    return rewrite
+
+
+@pytest.fixture
+def rewrite_index() -> Callable[[Path, Callable[[dict[str, str]], None]], None]:
+    """edit_index, as a fixture."""
+    return edit_index
+
+
+@pytest.fixture
+def make_qwen35() -> Callable[..., object]:
+    """tiny_qwen35_moe, as a fixture."""
+    return tiny_qwen35_moe

@@ -66,10 +66,10 @@ class ParallelLayout:
         }
 
 
-def _pick(settings: Settings, name: str, default: int, device: Device) -> tuple[int, str]:
+def _pick(settings: Settings, name: str, default: int, label: str) -> tuple[int, str]:
     value = getattr(settings, name.lower())
     if value is None:
-        return default, f"default for {device}"
+        return default, label
     return value, "environment"
 
 
@@ -80,9 +80,15 @@ def resolve_layout(settings: Settings, device: Device, model: ModelArchitecture)
     """
     chosen: dict[str, int] = {}
     sources: dict[str, str] = {}
-    defaults = {**DEVICE_DEFAULTS[device], "NDEVICES_PER_NODE": DEFAULT_DEVICES_PER_NODE[device]}
+    if settings.profile == "smoke":
+        from recipe.smoke import SMOKE_LAYOUT
+
+        defaults, label = dict(SMOKE_LAYOUT), "smoke profile"
+    else:
+        defaults = {**DEVICE_DEFAULTS[device], "NDEVICES_PER_NODE": DEFAULT_DEVICES_PER_NODE[device]}
+        label = f"default for {device}"
     for name, default in defaults.items():
-        chosen[name], sources[name] = _pick(settings, name, default, device)
+        chosen[name], sources[name] = _pick(settings, name, default, label)
     sources["NNODES"] = "environment" if "NNODES" in settings.user_set() else "default"
     layout = ParallelLayout(
         tp=chosen["TP"],

@@ -91,7 +91,12 @@ def build_plan(
     """Resolve and check everything; raises RecipeConfigError with every problem found."""
     device = detect_device(settings.device, root=root, environ=environ)
     problems: list[str] = []
-    model = _collect(problems, lambda: load_architecture(settings.model_path))
+    model_dir = settings.model_path
+    if settings.profile == "smoke" and not (model_dir / "config.json").is_file():
+        from recipe.smoke import shipped_model_dir
+
+        model_dir = shipped_model_dir()  # `run` builds the smoke model from exactly this config
+    model = _collect(problems, lambda: load_architecture(model_dir))
     layout = (
         _collect(problems, lambda: resolve_layout(settings, device.name, model.architecture))
         if model is not None
@@ -102,5 +107,9 @@ def build_plan(
         raise RecipeConfigError(problems)
     env = runtime_environment(settings, device.name, allocator, environ)
     recipe_overrides = build_overrides(settings, device.name, layout, env)
+    if settings.profile == "smoke":
+        from recipe.smoke import smoke_overrides
+
+        extra_overrides = [*smoke_overrides(), *extra_overrides]  # the user's `--` overrides still come last
     overrides = merge_user_overrides(recipe_overrides, extra_overrides)
     return Plan(settings, device, model, layout, allocator, env, overrides, trainer_argv(overrides))

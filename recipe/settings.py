@@ -12,12 +12,13 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import Field, PositiveInt, SecretStr, ValidationError, field_validator
+from pydantic import Field, PositiveInt, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from recipe.errors import RecipeConfigError
 
 DeviceChoice = Literal["auto", "gpu", "npu"]
+ProfileChoice = Literal["full", "smoke"]
 
 #: Shown instead of a secret's value everywhere (plan, logs, errors).
 REDACTED = "**********"
@@ -36,6 +37,14 @@ class Settings(BaseSettings):
 
     # --- target -------------------------------------------------------------
     device: DeviceChoice = Field("auto", description="Target: gpu, npu, or auto (detected without importing torch).")
+
+    profile: ProfileChoice = Field(
+        "full",
+        description=(
+            "full: train MODEL_PATH on TRAIN_FILES. smoke: 3 GRPO steps of a tiny random Qwen3.5-MoE on one "
+            "device, built offline under CHECKPOINT_DIR/smoke-assets; run it first on a new machine (docs/smoke.md)."
+        ),
+    )
 
     # --- parallel layout (None: the device's default, see layout.DEVICE_DEFAULTS) ---
     tp: PositiveInt | None = Field(None, description="Megatron tensor parallel size of the actor and reference.")
@@ -94,6 +103,23 @@ class Settings(BaseSettings):
     # --- secrets (never printed) --------------------------------------------
     hf_token: SecretStr | None = Field(None, description="Hugging Face token for gated downloads.")
     wandb_api_key: SecretStr | None = Field(None, description="Weights & Biases key; wandb logging only when set.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_defaults(cls, data: Any) -> Any:
+        """PROFILE=smoke: the profile's value for every setting the environment left unset."""
+        if not isinstance(data, dict) or str(data.get("profile", "")).lower() != "smoke":
+            return data
+        from recipe.smoke import SMOKE_SETTINGS, SmokeAssets, assets_root
+
+        data = dict(data)
+        for name, value in SMOKE_SETTINGS.items():
+            data.setdefault(name.lower(), value)
+        assets = SmokeAssets.under(assets_root(Path(data.get("checkpoint_dir") or "/checkpoints")))
+        data.setdefault("model_path", assets.model_path)
+        data.setdefault("train_files", assets.train_file)
+        data.setdefault("val_files", assets.val_file)
+        return data
 
     @field_validator("save_freq", "test_freq")
     @classmethod

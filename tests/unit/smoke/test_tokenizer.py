@@ -1,0 +1,67 @@
+"""The byte-level tokenizer: no unknown tokens, Qwen's special tokens, the model's exact vocabulary size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from recipe.smoke.tokenizer import QWEN_SPECIAL_TOKENS, special_tokens, token_id, vocab_size
+
+pytest.importorskip("tokenizers", reason="needs tokenizers and transformers (the trainer extra)")
+pytest.importorskip("transformers", reason="needs tokenizers and transformers (the trainer extra)")
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    from recipe.smoke.tokenizer import build_tokenizer
+
+    return build_tokenizer()
+
+
+def test_the_vocabulary_is_exactly_the_models(tokenizer: Any) -> None:
+    assert len(tokenizer) == vocab_size() == 384
+    assert len(special_tokens()) == vocab_size() - 256
+
+
+def test_special_tokens_follow_the_bytes_in_qwens_order(tokenizer: Any) -> None:
+    for offset, token in enumerate(QWEN_SPECIAL_TOKENS):
+        assert tokenizer.convert_tokens_to_ids(token) == 256 + offset == token_id(token)
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
+
+
+@pytest.mark.parametrize("text", ["What is 12 * 7?\n#### 84", "naïve — 数学 ∑ 🙂", " leading and  double  spaces "])
+def test_any_text_round_trips_with_one_id_per_byte(tokenizer: Any, text: str) -> None:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert ids == list(text.encode("utf-8"))
+    assert tokenizer.decode(ids) == text
+
+
+def test_special_tokens_are_single_tokens_and_skipped_on_request(tokenizer: Any) -> None:
+    ids = tokenizer.encode("<|im_start|>hi<|im_end|>", add_special_tokens=False)
+    assert ids == [token_id("<|im_start|>"), ord("h"), ord("i"), token_id("<|im_end|>")]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "hi"
+
+
+def test_the_chat_template_renders_qwen_chatml(tokenizer: Any) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"}]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert tokenizer.apply_chat_template(messages, tokenize=False).endswith("<|im_end|>\n")
+
+
+def test_the_chat_template_marks_images_and_videos_like_qwen_vl(tokenizer: Any) -> None:
+    content = [{"type": "image"}, {"type": "text", "text": "Find x."}, {"type": "video"}]
+    text = tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False)
+    assert text == (
+        "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Find x."
+        "<|vision_start|><|video_pad|><|vision_end|><|im_end|>\n"
+    )
+
+
+def test_verls_system_prompt_probe_works(tokenizer: Any) -> None:
+    """verl's agent loop renders one and two empty user turns to find the template's fixed prefix."""
+    verl_chat = pytest.importorskip("verl.utils.tokenizer.chat_template", reason="needs verl (the trainer extra)")
+    assert verl_chat.initialize_system_prompt(tokenizer) == []

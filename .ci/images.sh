@@ -121,6 +121,11 @@ main() {
     for device in gpu npu; do build_recipe "$device"; done
     check_root_is_caught
     local status=0
+    # The compose checks that need an engine (skipped in the plain pytest run): `plan`
+    # through `docker compose run` against the images just built.
+    log "compose checks against the built images"
+    "$PYTHON" -m pytest -p no:cacheprovider "$REPO/tests/deploy/test_compose.py" -k "engine or built_image" \
+        || status=1
     for device in gpu npu; do
         log "testing grpo-recipe:$device"
         "$PYTHON" -m pytest -p no:cacheprovider "$REPO/tests/images" --image "grpo-recipe:$device" \

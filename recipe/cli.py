@@ -6,7 +6,8 @@
                     write verl's train/test parquet (default into $DATA_DIR/<dataset>); 1 if it cannot fetch or write
 
 Exit codes: 0 success; 2 bad settings or an unfit machine (one stderr line per
-problem, nothing started or written); otherwise the trainer's own exit code.
+problem, nothing started or written); 3 the Ray cluster of several nodes did not
+form in time (names the missing nodes); otherwise the trainer's own exit code.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import os
 import shlex
 import signal
 import subprocess
-import threading
 import sys
+import threading
+from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
+from recipe import cluster
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.errors import RecipeConfigError
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
@@ -34,6 +37,7 @@ from recipe.settings import Settings, load_settings
 logger = logging.getLogger("recipe")
 
 EXIT_CONFIG = 2
+EXIT_CLUSTER = 3
 
 #: Modules the trainer needs per target, and the package that provides each.
 TRAINER_MODULES: dict[str, dict[str, str]] = {
@@ -199,22 +203,9 @@ def _prepare_smoke(root: Path) -> None:
     prepare_smoke_assets(root)
 
 
-def _cmd_run(plan: Plan) -> int:
-    problems = run_problems(plan)
-    # The smoke profile never resumes (resume_mode=disable), so an old smoke export cannot block it.
-    if not problems and plan.settings.profile != "smoke":
-        # Only once the machine is fit: the check imports torch and transformers.
-        problem = resume_problem(plan)
-        if problem:
-            problems.append(problem)
-    if problems:
-        raise RecipeConfigError(problems)
-    plan.settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    smoke_root = _smoke_assets_root(plan.settings)
-    if smoke_root is not None:
-        _prepare_smoke(smoke_root)
-    print("Executing: " + shlex.join(plan.argv), flush=True)
-    # Check each HF export as soon as verl finishes that save; loud (ERROR) when broken.
+@contextmanager
+def _export_watcher(plan: Plan) -> Iterator[None]:
+    """Check each HF export as soon as verl finishes that save; loud (ERROR) when broken."""
     stop = threading.Event()
     watcher = threading.Thread(
         target=watch_exports,
@@ -225,10 +216,55 @@ def _cmd_run(plan: Plan) -> int:
     )
     watcher.start()
     try:
-        return execute(plan.argv, _trainer_environment(plan))
+        yield
     finally:
         stop.set()  # one last sweep: the final save lands right before the trainer exits
         watcher.join(timeout=600)
+
+
+def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
+    print("Executing: " + shlex.join(argv), flush=True)
+    return execute(argv, env)
+
+
+def _cmd_run(plan: Plan) -> int:
+    settings = plan.settings
+    problems = run_problems(plan)
+    role = cluster.plan_ray_role(
+        settings.nnodes, settings.node_rank, settings.master_addr, settings.ray_port, settings.ray_address
+    )
+    # The smoke profile never resumes (resume_mode=disable), so an old smoke export cannot block it.
+    if not problems and role.runs_trainer and settings.profile != "smoke":
+        # Only once the machine is fit: the check imports torch and transformers.
+        problem = resume_problem(plan)
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise RecipeConfigError(problems)
+    settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    smoke_root = _smoke_assets_root(settings)
+    if smoke_root is not None:
+        _prepare_smoke(smoke_root)
+    # The raylet of every node inherits this environment, so Ray workers see it too.
+    env = _trainer_environment(plan)
+    logger.info("Ray: %s", role.reason)
+    if role.kind == "worker":
+        return cluster.run_worker(
+            role, join_timeout_s=settings.ray_wait_timeout, rejoin_grace_s=settings.ray_wait_timeout, env=env
+        )
+    with _export_watcher(plan):
+        if role.kind == "single":
+            return _run_trainer(plan.argv, env)
+        start = cluster.run_head if role.kind == "head" else cluster.run_joined
+        return start(
+            role,
+            plan.argv,
+            resource_name="GPU" if plan.device.name == "gpu" else "NPU",
+            devices_per_node=plan.layout.ndevices_per_node,
+            timeout_s=settings.ray_wait_timeout,
+            env=env,
+            run_trainer=_run_trainer,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -254,3 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in error.problems:
             print(f"error: {problem}", file=sys.stderr)
         return EXIT_CONFIG
+    except cluster.ClusterError as error:
+        # Not 2: a Kubernetes Job gives up at once on a config error, while nodes that
+        # came up too late deserve the restart policy's retry.
+        for problem in error.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return EXIT_CLUSTER

@@ -212,8 +212,8 @@ def build_overrides(
             # Ray accepts only strings as env_vars values (hydra_value quotes them).
             _add(o, f"{_RAY_ENV}{name}", value, prefix="+")
     _add(o, "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook", WORKER_SETUP_HOOK, prefix="+")
-    if layout.nnodes > 1:
-        # recipe.cluster has started (or joined) the Ray cluster; the trainer attaches to it.
+    if layout.nnodes > 1 or settings.ray_address:
+        # recipe.cluster has started (or found) the Ray cluster; the trainer attaches to it.
         _add(o, "ray_kwargs.ray_init.address", "auto", prefix="+")
 
     _add(o, "model_engine", "megatron", setting="the recipe (Megatron engine only)")

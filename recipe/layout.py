@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipe.cluster import cluster_problems
 from recipe.device import DEFAULT_DEVICES_PER_NODE, Device
 from recipe.errors import RecipeConfigError
 from recipe.models import ModelArchitecture
@@ -165,13 +166,8 @@ def layout_problems(
             f"TRAIN_BATCH_SIZE={settings.train_batch_size}, ROLLOUT_N={settings.rollout_n}: their product {samples} "
             f"must be divisible by the data-parallel size {layout.dp} ({world} devices / TP x PP x CP)",
         )
-    # Several nodes need to find each other.
-    rule(
-        settings.node_rank >= layout.nnodes,
-        f"NODE_RANK={settings.node_rank}: must be below NNODES={layout.nnodes}",
-    )
-    rule(
-        layout.nnodes > 1 and not settings.master_addr and not settings.ray_address,
-        f"NNODES={layout.nnodes}: several nodes need MASTER_ADDR (the rank-0 node) or RAY_ADDRESS (a running cluster)",
+    # Several nodes need to find each other (the rules live with the Ray bootstrap).
+    problems.extend(
+        cluster_problems(layout.nnodes, settings.node_rank, settings.master_addr, settings.ray_port, settings.ray_address)
     )
     return problems

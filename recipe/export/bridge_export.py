@@ -73,6 +73,33 @@ def _ensure_world() -> None:
         parallel_state.initialize_model_parallel()
 
 
+def use_cpu_layers(provider: Any) -> None:
+    """Set a Megatron-Bridge provider up for CPU: local (non-TE) layers, no fused kernels, no bf16.
+
+    Those kernels need Transformer Engine / CUDA. Qwen3.5's Gated DeltaNet has no local
+    layer spec, so this serves Qwen3-MoE-like models only.
+    """
+    from megatron.bridge.models.gpt_provider import local_layer_spec
+
+    provider.transformer_layer_spec = local_layer_spec
+    provider.use_cpu_initialization = True
+    provider.moe_token_dispatcher_type = "allgather"
+    provider.moe_grouped_gemm = False
+    for fused in (
+        "moe_permute_fusion",
+        "apply_rope_fusion",
+        "bias_activation_fusion",
+        "masked_softmax_fusion",
+        "bias_dropout_fusion",
+        "persist_layer_norm",
+        "cross_entropy_loss_fusion",
+        "gradient_accumulation_fusion",
+    ):
+        if hasattr(provider, fused):
+            setattr(provider, fused, False)
+    provider.bf16 = provider.fp16 = False
+
+
 def _build_model(bridge: Any, device: Literal["cpu", "cuda"]) -> list[Any]:
     """An empty Megatron model for the bridge's config, on one process."""
     import torch
@@ -83,26 +110,7 @@ def _build_model(bridge: Any, device: Literal["cpu", "cuda"]) -> list[Any]:
     provider.expert_tensor_parallel_size = 1
     provider.sequence_parallel = False
     if device == "cpu":
-        from megatron.bridge.models.gpt_provider import local_layer_spec
-
-        # Local (non-TE) layers and no fused kernels: those need Transformer Engine / CUDA.
-        provider.transformer_layer_spec = local_layer_spec
-        provider.use_cpu_initialization = True
-        provider.moe_token_dispatcher_type = "allgather"
-        provider.moe_grouped_gemm = False
-        for fused in (
-            "moe_permute_fusion",
-            "apply_rope_fusion",
-            "bias_activation_fusion",
-            "masked_softmax_fusion",
-            "bias_dropout_fusion",
-            "persist_layer_norm",
-            "cross_entropy_loss_fusion",
-            "gradient_accumulation_fusion",
-        ):
-            if hasattr(provider, fused):
-                setattr(provider, fused, False)
-        provider.bf16 = provider.fp16 = False
+        use_cpu_layers(provider)
         provider.params_dtype = torch.float32
     provider.finalize()
     return provider.provide_distributed_model(

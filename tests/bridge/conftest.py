@@ -167,25 +167,10 @@ def qwen3_moe_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def cpu_provider(bridge: Any, load_weights: bool) -> Any:
     """The bridge's provider set up for CPU: local layer specs, no fused kernels, fp32."""
-    from megatron.bridge.models.gpt_provider import local_layer_spec
+    from recipe.export.bridge_export import use_cpu_layers
 
     provider = bridge.to_megatron_provider(load_weights=load_weights)
-    provider.transformer_layer_spec = local_layer_spec
-    provider.use_cpu_initialization = True
-    provider.moe_token_dispatcher_type = "allgather"
-    provider.moe_grouped_gemm = False
-    for fused in (
-        "moe_permute_fusion",
-        "apply_rope_fusion",
-        "bias_activation_fusion",
-        "masked_softmax_fusion",
-        "bias_dropout_fusion",
-        "persist_layer_norm",
-        "cross_entropy_loss_fusion",
-        "gradient_accumulation_fusion",
-    ):
-        setattr(provider, fused, False)
-    provider.bf16 = provider.fp16 = False
+    use_cpu_layers(provider)
     provider.params_dtype = torch.float32
     provider.finalize()
     return provider

@@ -134,6 +134,12 @@ def resume_problem(plan: Plan) -> str | None:
     only copy of the model weights, and `trainer.resume_mode=auto` reloads it: training
     on from an export that lost tensors would silently continue from a damaged model.
     """
+    resume_mode = next(
+        (o.split("=", 1)[1].strip("'\"") for o in reversed(plan.overrides) if o.lstrip("+").startswith("trainer.resume_mode=")),
+        None,
+    )
+    if resume_mode != "auto":
+        return None  # the user chose where to resume from (or not to), after `--`
     root = checkpoint_root(plan.settings)
     tracker = root / "latest_checkpointed_iteration.txt"
     if not tracker.is_file():

@@ -40,6 +40,9 @@ stop_dockerd() {
         kill "$DOCKERD_PID"
         for _ in $(seq 1 30); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 1; done
     fi
+    # dockerd leaves its network namespace mounted under the exec root: release what
+    # it mounted under $WORK (deepest first), or the folder cannot be removed.
+    awk -v work="$WORK/" 'index($2, work) == 1 {print $2}' /proc/mounts | sort -r | xargs -r umount 2>/dev/null || true
 }
 
 start_dockerd() {

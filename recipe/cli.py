@@ -278,6 +278,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours, extra = _split_extra(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(ours)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return _dispatch(args, extra)
+    except ModuleNotFoundError as error:
+        # Only `plan` runs on the package's own small dependencies; the other commands
+        # import torch, transformers, datasets or Ray when they run.
+        print(
+            f"error: {args.command} needs the Python package providing {error.name!r}, which is not installed: "
+            "use the image (docker compose run --rm gpu|npu ...) or pip install '.[trainer]'",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+
+
+def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if args.command == "verify-export":
         # Needs no settings: checking a directory must work whatever the environment says.
         return run_verify_export(args)

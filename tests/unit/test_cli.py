@@ -159,3 +159,19 @@ def test_execute_reports_a_signal_death_as_128_plus_n() -> None:
 
     assert execute([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], dict(os.environ)) == 128 + 9
     assert execute([sys.executable, "-c", "raise SystemExit(7)"], dict(os.environ)) == 7
+
+
+def test_a_command_without_its_packages_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only `plan` runs on the package's small dependencies; the others name what is missing."""
+    monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail as if absent
+    clear_settings(monkeypatch)
+    out = tmp_path / "gsm8k"
+    assert main(["prepare-data", "gsm8k", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        "error: prepare-data needs the Python package providing 'datasets', which is not installed: "
+        "use the image (docker compose run --rm gpu|npu ...) or pip install '.[trainer]'"
+    )
+    assert not out.exists()

@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: verl's gsm8k reward keys on this data source.
-DATA_SOURCE = "openai/gsm8k"
-#: The instruction verl's own GSM8K preprocessing appends, so the answer format is the one the scorer reads.
-INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+from recipe.data.specs import convert_gsm8k
+
 _OPERATORS = ("+", "-", "*")
 
 
@@ -64,14 +62,8 @@ def problems(count: int, rng: random.Random) -> list[Problem]:
 
 
 def to_row(problem: Problem, index: int, split: str) -> dict[str, Any]:
-    """One problem as one verl row (the column set of the recipe's GSM8K files)."""
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": f"{problem.question} {INSTRUCTION}"}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": str(problem.result)},
-        "extra_info": {"split": split, "index": index, "answer": problem.solution, "question": problem.question},
-    }
+    """One problem as one verl row: converted exactly like a row of `prepare-data gsm8k`."""
+    return convert_gsm8k({"question": problem.question, "answer": problem.solution}, index, split)
 
 
 def parquet_schema() -> Any:

@@ -9,8 +9,12 @@ from pathlib import Path
 import pytest
 
 from recipe.smoke import SmokeAssets
-from recipe.smoke.arithmetic import DATA_SOURCE, INSTRUCTION, Problem, problems, to_row
+from recipe.data.specs import GSM8K_INSTRUCTION as INSTRUCTION
+from recipe.data.specs import SPECS
+from recipe.smoke.arithmetic import Problem, problems, to_row
 from recipe.smoke.profile import SMOKE_MAX_PROMPT_LENGTH
+
+DATA_SOURCE = SPECS["gsm8k"].hub_id
 
 pa = pytest.importorskip("pyarrow", reason="needs pyarrow (the trainer extra)")
 import pyarrow.parquet as pq  # noqa: E402

@@ -30,7 +30,7 @@ from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.errors import RecipeConfigError
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.watch import REPORT_NAME, check_export, find_hf_exports, watch_exports
-from recipe.launch import checkpoint_root
+from recipe.launch import checkpoint_root, override_value
 from recipe.plan import Plan, build_plan
 from recipe.settings import Settings, load_settings
 
@@ -134,11 +134,7 @@ def resume_problem(plan: Plan) -> str | None:
     only copy of the model weights, and `trainer.resume_mode=auto` reloads it: training
     on from an export that lost tensors would silently continue from a damaged model.
     """
-    resume_mode = next(
-        (o.split("=", 1)[1].strip("'\"") for o in reversed(plan.overrides) if o.lstrip("+").startswith("trainer.resume_mode=")),
-        None,
-    )
-    if resume_mode != "auto":
+    if override_value(plan.overrides, "trainer.resume_mode") != "auto":
         return None  # the user chose where to resume from (or not to), after `--`
     root = checkpoint_root(plan.settings)
     tracker = root / "latest_checkpointed_iteration.txt"

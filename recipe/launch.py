@@ -225,6 +225,14 @@ def _override_key(text: str) -> str:
     return key.lstrip("~+")
 
 
+def override_value(overrides: Sequence[str], key: str) -> str | None:
+    """The value the last override of `key` gives it (Hydra quotes removed), or None."""
+    for text in reversed(overrides):
+        if "=" in text and _override_key(text) == key:
+            return text.split("=", 1)[1].strip("'\"")
+    return None
+
+
 def merge_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) -> list[str]:
     """Apply the user's extra overrides (after `--`): each replaces the recipe's value for its key.
 

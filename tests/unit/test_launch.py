@@ -123,3 +123,12 @@ def test_user_override_of_a_setting_key_is_refused_naming_the_setting() -> None:
 
 def test_trainer_argv_runs_verls_main_ppo() -> None:
     assert trainer_argv(["a=1"], python="python3") == ["python3", "-m", "verl.trainer.main_ppo", "a=1"]
+
+
+def test_override_value_reads_the_last_setting_of_a_key() -> None:
+    from recipe.launch import override_value
+
+    overrides = ["trainer.resume_mode='auto'", "+x=1", "++trainer.resume_mode=resume_path"]
+    assert override_value(overrides, "trainer.resume_mode") == "resume_path"
+    assert override_value(overrides, "x") == "1"
+    assert override_value(overrides, "trainer.resume") is None

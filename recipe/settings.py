@@ -115,7 +115,7 @@ class Settings(BaseSettings):
         data = dict(data)
         for name, value in SMOKE_SETTINGS.items():
             data.setdefault(name.lower(), value)
-        assets = SmokeAssets.under(assets_root(Path(data.get("checkpoint_dir") or "/checkpoints")))
+        assets = SmokeAssets.under(assets_root(Path(data.get("checkpoint_dir") or cls.model_fields["checkpoint_dir"].default)))
         data.setdefault("model_path", assets.model_path)
         data.setdefault("train_files", assets.train_file)
         data.setdefault("val_files", assets.val_file)

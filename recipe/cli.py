@@ -44,9 +44,17 @@ TRAINER_MODULES: dict[str, dict[str, str]] = {
     "gpu": {"verl": "verl", "vllm": "vllm", "megatron.bridge": "megatron-bridge"},
     "npu": {"verl": "verl", "vllm_ascend": "vllm-ascend", "torch_npu": "torch_npu", "megatron.bridge": "megatron-bridge"},
 }
-#: Without these verl fails late or quietly: its length filter drops EVERY image row when
-#: qwen_vl_utils is missing, and its geo3k reward imports mathruler (both only in verl-core).
-TRAINER_SUPPORT_MODULES = {"qwen_vl_utils": "qwen-vl-utils", "mathruler": "mathruler"}
+#: Without these verl fails late or quietly, and no package declares them outside verl's
+#: verl-core extra: its length filter drops EVERY image row when qwen_vl_utils is missing,
+#: its geo3k reward imports mathruler, its v1 TaskRunner imports transfer_queue first thing
+#: (trainer.use_v1 defaults to true), and Megatron-Bridge's training config imports
+#: megatron.energon on verl's Megatron path.
+TRAINER_SUPPORT_MODULES = {
+    "qwen_vl_utils": "qwen-vl-utils",
+    "mathruler": "mathruler",
+    "transfer_queue": "TransferQueue",
+    "megatron.energon": "megatron-energon",
+}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -46,6 +46,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the host has the image's devices and passes them in (docker run options "
         "from $IMAGE_RUN_ARGS); runs tests marked accelerator",
     )
+    group.addoption(
+        "--require-framework",
+        action="store_true",
+        help="the image must be a full framework build: a framework test that would be "
+        "skipped on it is an error instead (CI sets this for the gpu image it builds)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -115,6 +121,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if ref and folder.parent == HERE and folder.name in ("gpu", "npu") and folder.name != device:
             item.add_marker(pytest.mark.skip(reason=f"{folder.name} check; the image is for {device}"))
         if ref and "framework" in item.keywords and framework != "full":
+            if config.getoption("--require-framework"):
+                raise pytest.UsageError(
+                    f"--require-framework: {ref} has {FRAMEWORK_LABEL}={framework!r}, not 'full'; "
+                    f"its framework tests would be skipped"
+                )
             item.add_marker(
                 pytest.mark.skip(reason=f"needs the full framework stage; this image's is {framework}")
             )
@@ -182,3 +193,40 @@ def lock_pins(device: str) -> dict[str, str]:
                 name, version = line.split(" ")[0].split(";")[0].split("==")
                 pins[name.split("[")[0].lower()] = version
     return pins
+
+
+#: Run inside an image as `python3 -c TRAINER_IMPORTS DEVICE SKIPPED`: imports every
+#: distribution of verl's verl-core extra (read from the image's own verl metadata), minus
+#: the comma-separated SKIPPED ones, and every module `run` checks for (recipe.cli), then
+#: prints one line `IMPORT-FAILURES <json>`: {what: why} for each that does not import.
+TRAINER_IMPORTS = r"""
+import importlib, importlib.metadata as m, importlib.util, json, re, sys
+from recipe.cli import TRAINER_MODULES, TRAINER_SUPPORT_MODULES
+device, skipped = sys.argv[1], {s for s in sys.argv[2].split(",") if s}
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+core = {norm(re.split(r"[\s<>=!~\[(;]", r, maxsplit=1)[0]) for r in m.requires("verl") or []
+        if re.search(r"extra\s*==\s*.verl-core.", r)}
+tops = {}
+for top, dists in m.packages_distributions().items():
+    for dist in dists:
+        # Metadata may name tops that are not importable (torchcodec's lists FAKE_NAME).
+        if not top.startswith("_") and top.isidentifier() and importlib.util.find_spec(top):
+            tops.setdefault(norm(dist), set()).add(top)
+wanted = {f"{dist}:{top}": top for dist in core - skipped for top in tops.get(dist, ())}
+failures = {dist: "not installed" for dist in core - skipped if dist not in tops}
+wanted.update({f"{dist}:{module}": module for module, dist in {**TRAINER_MODULES[device], **TRAINER_SUPPORT_MODULES}.items()})
+for what, module in sorted(wanted.items()):
+    try:
+        importlib.import_module(module)
+    except BaseException as error:
+        failures[what] = f"{type(error).__name__}: {error}"[:400]
+print("IMPORT-FAILURES", json.dumps(failures, sort_keys=True))
+"""
+
+
+def marked_line(output: str, marker: str) -> str:
+    """The payload of the last line starting with MARKER (libraries may print around it)."""
+    lines = [line for line in output.splitlines() if line.startswith(marker + " ")]
+    assert lines, f"no {marker!r} line in the output:\n{output[-2000:]}"
+    return lines[-1][len(marker) + 1 :]
+

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from conftest import Image, lock_pins
+import json
+
+from conftest import TRAINER_IMPORTS, Image, lock_pins, marked_line
 
 PINS = lock_pins("npu")
 DOCKERFILE = (Path(__file__).resolve().parents[3] / "docker" / "npu" / "Dockerfile").read_text()
@@ -28,8 +30,15 @@ MODULES = ["torch", "vllm", "verl", "megatron.core", "ray", "transformers"]
 DRIVER_LIBS = ("/usr/local/Ascend/driver/lib64/common", "/usr/local/Ascend/driver/lib64/driver")
 
 
-def _python(host: Any, code: str) -> str:
-    return host.check_output("python3 -c %s", code).strip()
+# Once torch_npu is installed, torch loads it at import through its device-backend entry
+# point, and torch_npu needs CANN's and the driver's libraries: without an NPU even a plain
+# `import torch` fails unless this is off. The accelerator tests leave it on.
+NO_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD=0"
+
+
+def _python(host: Any, code: str, autoload: bool = False) -> str:
+    prefix = "" if autoload else NO_AUTOLOAD + " "
+    return host.check_output(prefix + "python3 -c %s", code).strip()
 
 
 @pytest.mark.framework
@@ -49,7 +58,18 @@ def test_vllm_is_the_locked_source_release_without_device_code(host: Any) -> Non
 @pytest.mark.framework
 @pytest.mark.parametrize("module", MODULES)
 def test_module_imports_without_an_npu(host: Any, module: str) -> None:
-    assert host.run("python3 -c %s", f"import {module}").rc == 0
+    assert host.run(NO_AUTOLOAD + " python3 -c %s", f"import {module}").rc == 0
+
+
+@pytest.mark.framework
+def test_every_distribution_the_trainer_needs_imports_but_cann_s(host: Any) -> None:
+    # verl-core and what `run` checks; test tooling and torchcodec are left out on purpose
+    # (docker/npu/excludes.txt). torch_npu and vllm_ascend need CANN: accelerator tests.
+    output = host.check_output(
+        NO_AUTOLOAD + " python3 -c %s npu pytest,pytest-asyncio,pytest-rerunfailures,torchcodec", TRAINER_IMPORTS
+    )
+    failures = json.loads(marked_line(output, "IMPORT-FAILURES"))
+    assert {what for what in failures if what.split(":")[-1] not in ("torch_npu", "vllm_ascend")} == set()
 
 
 @pytest.mark.framework
@@ -101,4 +121,4 @@ def test_hwhiaiuser_gid_is_ascends_default(host: Any) -> None:
 
 @pytest.mark.accelerator
 def test_torch_npu_sees_an_npu(host: Any) -> None:
-    assert _python(host, "import torch, torch_npu; print(torch.npu.is_available())") == "True"
+    assert _python(host, "import torch, torch_npu; print(torch.npu.is_available())", autoload=True) == "True"

@@ -10,12 +10,13 @@ there is nothing to export (one `error:` line on stderr).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
 
 from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS
-from recipe.export.report import ExportReport
+from recipe.export.report import ExportReport, printable
 
 EXIT_UNCHECKABLE = 2
 
@@ -81,7 +82,7 @@ def _print(report: ExportReport, as_json: bool) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {printable(message)}", file=sys.stderr)
     return EXIT_UNCHECKABLE
 
 
@@ -111,13 +112,16 @@ def run_export(args: argparse.Namespace, checkpoint_dir: Path, model_path: Path,
     from recipe.export.bridge_export import ExportError, export_latest
 
     try:
-        report = export_latest(
-            args.checkpoint_dir or checkpoint_dir,
-            args.model_path or model_path,
-            args.out,
-            strict=strict if args.strict is None else args.strict,
-            allowed_patterns=allowed_patterns(args),
-        )
+        # megatron-core and Megatron-Bridge report with print(): their lines go to stderr, so that
+        # stdout holds the report alone (one JSON document with --json).
+        with contextlib.redirect_stdout(sys.stderr):
+            report = export_latest(
+                args.checkpoint_dir or checkpoint_dir,
+                args.model_path or model_path,
+                args.out,
+                strict=strict if args.strict is None else args.strict,
+                allowed_patterns=allowed_patterns(args),
+            )
     except ExportError as error:
         return _fail(str(error))
     return _print(report, args.json)

@@ -12,9 +12,13 @@ the fused in-memory name. The check accepts either layout per parameter.
 from __future__ import annotations
 
 import logging
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from recipe.export.shards import ShardError, allowed_roots, resolve_member
 
 logger = logging.getLogger("recipe.export.expected")
 
@@ -49,18 +53,45 @@ class ExpectedTensors:
     ignore_unexpected: tuple[str, ...]
 
 
+#: What a model class name looks like; anything else is never looked up in transformers.
+_CLASS_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # e.g. xLSTMForCausalLM; never a dunder
+
+
+def _named_model_class(name: object) -> type | None:
+    """The transformers model class called `name`, or None: only PreTrainedModel subclasses count.
+
+    `architectures` comes from the checked directory, so it may name any attribute of
+    transformers (`Trainer`, `pipeline`, ...): nothing but a model class is ever built.
+    """
+    import transformers
+
+    if not isinstance(name, str) or not _CLASS_NAME.match(name):
+        return None
+    try:
+        cls = getattr(transformers, name, None)
+    except Exception as error:  # noqa: BLE001 - a lazy import of an optional backend may fail
+        logger.debug("transformers.%s cannot be imported: %s", name, error)
+        return None
+    if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+        return cls
+    return None
+
+
 def _model_class(config: Any) -> type:
     import transformers
 
-    architectures = list(getattr(config, "architectures", None) or [])
+    architectures = getattr(config, "architectures", None) or []
+    if not isinstance(architectures, (list, tuple)):
+        raise ExportCheckError(f"config.json architectures={architectures!r}: not a list of model class names")
     for name in architectures:
-        cls = getattr(transformers, name, None)
-        if isinstance(cls, type):
+        cls = _named_model_class(name)
+        if cls is not None:
             return cls
     if architectures:
         raise ExportCheckError(
-            f"config.json architectures={architectures}: not a class of the installed transformers "
-            f"{transformers.__version__} (remote code is not run by the check)"
+            f"config.json architectures={list(architectures)!r}: not a class of the installed transformers "
+            f"{transformers.__version__} that is a model (PreTrainedModel); only model classes are built, "
+            "and remote code is not run by the check"
         )
     # No `architectures` (config written without a model): the class transformers itself
     # would pick for this model_type, vision-language first (Qwen3.5 is a VLM).
@@ -84,8 +115,15 @@ def build_meta_model(config_dir: Path) -> Any:
     import torch
     from transformers import AutoConfig
 
-    if not (config_dir / "config.json").is_file():
+    config_path = config_dir / "config.json"
+    if not os.path.lexists(config_path):
         raise ExportCheckError(f"{config_dir}: no config.json (the export must carry the HF config)")
+    try:  # the same rule as for shards: inside the directory, or a Hugging Face cache blob
+        resolve_member(config_dir, "config.json", allowed_roots(config_dir), "absent")
+    except ShardError as error:
+        raise ExportCheckError(f"{config_dir}/{error}") from None
+    if not config_path.is_file():  # a FIFO would block the reader, a device never end
+        raise ExportCheckError(f"{config_path}: not a regular file")
     try:
         config = AutoConfig.from_pretrained(str(config_dir), trust_remote_code=False)
     except Exception as error:

@@ -16,10 +16,25 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+__all__ = ["EXIT_CODES", "ExportReport", "ShapeMismatch", "Status", "printable"]
+
 Status = Literal["complete", "lenient", "broken"]
 
 #: Exit code of `verify-export` per status: broken exports fail scripts and CI.
 EXIT_CODES: dict[str, int] = {"complete": 0, "lenient": 0, "broken": 1}
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on one line: each unprintable character (newline, carriage
+    return, ESC of an ANSI sequence, U+2028, bidi controls, a lone surrogate) becomes
+    its Python escape (`\\n`, `\\x1b`, `\\u2028`); everything else is kept as is.
+
+    Tensor names come from the files being checked, so a name could otherwise forge
+    report lines or terminal output. The JSON report keeps the exact names.
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
 
 
 @dataclass(frozen=True)
@@ -70,20 +85,23 @@ class ExportReport:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     def summary(self, limit: int = 20) -> str:
-        """A human summary: the status first, then each kind of difference with its tensors."""
+        """A human summary: the status first, then each kind of difference with its tensors.
+
+        One report line per item: names and paths pass through `printable`.
+        """
         headline = (
-            f"HF export {self.directory}: {self.status.upper()} "
-            f"({self.present_count} tensors present, {self.expected_count} expected by {self.architecture})"
+            f"HF export {printable(self.directory)}: {self.status.upper()} "
+            f"({self.present_count} tensors present, {self.expected_count} expected by {printable(self.architecture)})"
         )
         lines = [headline]
         if self.reference:
-            lines.append(f"  compared with reference checkpoint {self.reference}")
+            lines.append(f"  compared with reference checkpoint {printable(self.reference)}")
 
         def section(title: str, items: list[str]) -> None:
             if not items:
                 return
             lines.append(f"  {title} ({len(items)}):")
-            lines.extend(f"    - {item}" for item in items[:limit])
+            lines.extend(f"    - {printable(item)}" for item in items[:limit])
             if len(items) > limit:
                 lines.append(f"    ... and {len(items) - limit} more (see --json)")
 

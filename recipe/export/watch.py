@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS, ExportCheckError, verify_export
-from recipe.export.report import ExportReport
+from recipe.export.report import ExportReport, printable
 
 logger = logging.getLogger("recipe.export.watch")
 
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
+STEP_DIR = re.compile(r"^global_step_([0-9]+)$")  # ASCII digits only, as verl writes them
 HF_SUBDIRS: tuple[str, ...] = ("actor/model/huggingface", "actor/huggingface")
 MANIFEST = "actor/ckpt_contents.json"
 REPORT_NAME = "hf_export_report.json"
@@ -88,7 +88,7 @@ def check_export(
     try:
         report = verify_export(export.directory, allowed_patterns, reference=reference)
     except ExportCheckError as error:
-        logger.error("HF export of step %d cannot be checked: %s", export.step, error)
+        logger.error("HF export of step %d cannot be checked: %s", export.step, printable(str(error)))
         return None
     if write_report:
         try:
@@ -114,16 +114,36 @@ def watch_exports(
     """Check every HF export that becomes ready until `stop_event` is set, then once more.
 
     Meant for a daemon thread beside the trainer. Exports already present when it
-    starts are checked too (a resumed run). Returns {step: report} for all checked.
+    starts are checked too (a resumed run). Each export is checked once and alone:
+    one that cannot be checked, even one whose check raises, is reported (ERROR, and
+    `on_report(export, None)`) and the sweep goes on to the next. Returns
+    {step: report} for all checked (None: could not be checked).
     """
     checked: dict[int, ExportReport | None] = {}
+    seen: set[Path] = set()
+
+    def check_one(export: HFExport) -> ExportReport | None:
+        try:
+            return check_export(export, allowed_patterns, reference)
+        except Exception as error:  # noqa: BLE001 - a bug in one check must not stop the others
+            logger.exception(
+                "HF export of step %d could not be checked (%s: %s); later exports are still checked",
+                export.step,
+                type(error).__name__,
+                printable(str(error)),
+            )
+            return None
 
     def sweep() -> None:
         for export in find_hf_exports(checkpoint_dir):
-            if export.ready and export.step not in checked:
-                checked[export.step] = report = check_export(export, allowed_patterns, reference)
+            if export.ready and export.directory not in seen:
+                seen.add(export.directory)
+                checked[export.step] = report = check_one(export)
                 if on_report is not None:
-                    on_report(export, report)
+                    try:
+                        on_report(export, report)
+                    except Exception:  # noqa: BLE001 - the callback's failure is its own
+                        logger.exception("reporting the check of step %d failed", export.step)
 
     while True:
         try:

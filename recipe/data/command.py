@@ -10,11 +10,25 @@ from pathlib import Path
 from types import FrameType
 
 from recipe.data.errors import DataPreparationError
+from recipe.data.guard import DEFAULT_MAX_IMAGE_BYTES
 from recipe.data.specs import SPECS
+
+_MIB = 2**20
+
+
+def _positive_mib(text: str) -> int:
+    """argparse type of --max-image-mib: a whole number of MiB, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of MiB") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
 
 
 def add_prepare_data_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
-    """Add `prepare-data {geo3k,gsm8k} [--out DIR] [--source PATH]` to `subparsers`."""
+    """Add `prepare-data {geo3k,gsm8k} [--out DIR] [--source PATH] [--max-image-mib N]` to `subparsers`."""
     parser = subparsers.add_parser(
         "prepare-data",
         help="download a dataset and write verl's train/test parquet files",
@@ -34,6 +48,16 @@ def add_prepare_data_parser(subparsers: argparse._SubParsersAction) -> argparse.
         metavar="PATH",
         help="a local copy instead of the hub: save_to_disk output or a download of the hub repository",
     )
+    parser.add_argument(
+        "--max-image-mib",
+        type=_positive_mib,
+        default=DEFAULT_MAX_IMAGE_BYTES // _MIB,
+        metavar="N",
+        help=(
+            "refuse an image larger than N MiB, embedded or read from a path "
+            f"(default: {DEFAULT_MAX_IMAGE_BYTES // _MIB})"
+        ),
+    )
     return parser
 
 
@@ -46,8 +70,8 @@ def run_prepare_data(args: argparse.Namespace, data_dir: Path) -> int:
     """Prepare `args.dataset` into `args.out` or `data_dir/<dataset>`; print what was written.
 
     Returns 0, or 1 after one `prepare-data: ...` line on stderr when the data cannot be
-    fetched or written. RecipeConfigError (a bad --source or --out) propagates to the CLI,
-    which reports it with exit code 2.
+    fetched or written. RecipeConfigError (a bad --source or --out, or a source whose files or
+    rows are refused) propagates to the CLI, which reports it with exit code 2.
     """
     from recipe.data.prepare import prepare_dataset  # pulls in nothing heavy until it runs
 
@@ -56,7 +80,8 @@ def run_prepare_data(args: argparse.Namespace, data_dir: Path) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main_thread else None
     try:
-        prepared = prepare_dataset(args.dataset, out, args.source)
+        max_image_mib = getattr(args, "max_image_mib", DEFAULT_MAX_IMAGE_BYTES // _MIB)
+        prepared = prepare_dataset(args.dataset, out, args.source, max_image_bytes=max_image_mib * _MIB)
     except DataPreparationError as exc:
         print(f"prepare-data: {exc}", file=sys.stderr)
         return 1

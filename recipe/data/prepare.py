@@ -1,8 +1,9 @@
 """Prepare one dataset: load it, convert every split to verl's format, write the parquet files.
 
-Both files are staged first and put in place together at the end, so an interrupted run
-leaves the previous files (or none) and never a half-written one. Running it again rewrites
-the same bytes for the same source.
+Every split is converted (and every row checked) before anything is written: a refused source
+leaves no file and no folder behind. Both files are then staged and put in place together at
+the end, so an interrupted run leaves the previous files (or none) and never a half-written
+one. Running it again rewrites the same bytes for the same source.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from recipe.data.atomic import AtomicFileSet, remove_stale_temps
-from recipe.data.errors import DataPreparationError
+from recipe.data.errors import DataPreparationError, RowError, SourceDataError
+from recipe.data.guard import DEFAULT_MAX_IMAGE_BYTES, ImagePolicy, shown, summarise
 from recipe.data.source import describe_exception, load_source
-from recipe.data.specs import SPECS, SPLITS, DatasetName, DatasetSpec, RowError, output_features
+from recipe.data.specs import SPECS, SPLITS, DatasetName, DatasetSpec, output_features
 from recipe.errors import RecipeConfigError
 
 if TYPE_CHECKING:
@@ -78,26 +80,48 @@ def _undecoded_images(spec: DatasetSpec, split: str, raw: datasets.Dataset) -> d
     elif isinstance(feature, List | Sequence) and isinstance(feature.feature, Image):
         features["images"] = List(Image(decode=False))
     else:
-        raise RecipeConfigError(
-            [f"{spec.name} split {split!r}: column images is {feature!r}; expected a list of datasets Image"]
+        raise SourceDataError(
+            [f"{spec.name} split {split!r}: column images is {shown(feature, 160)}; expected a list of datasets Image"]
         )
     # In memory: `cast` would otherwise write a cache file into the source's folder.
     return raw.cast(features, keep_in_memory=True)
 
 
-def convert_split(spec: DatasetSpec, raw: datasets.Dataset, split: str) -> datasets.Dataset:
-    """Convert one raw split to verl's columns, in memory (the source may be read-only)."""
+def _refused_row(spec: DatasetSpec) -> dict[str, Any]:
+    """A row of the output schema standing in for a refused one (the split is discarded anyway)."""
+    row: dict[str, Any] = {"data_source": "", "prompt": []}
+    if spec.has_images:
+        row["images"] = []
+    return row | {
+        "ability": "",
+        "reward_model": {"style": "", "ground_truth": ""},
+        "extra_info": {"split": "", "index": -1, "answer": "", "question": ""},
+    }
+
+
+def convert_split(
+    spec: DatasetSpec, raw: datasets.Dataset, split: str, images: ImagePolicy | None = None
+) -> tuple[datasets.Dataset, list[str]]:
+    """Convert one raw split to verl's columns, in memory (the source may be read-only).
+
+    Returns the converted split and one line per refused row (`<dataset> <split> row <i>:
+    <column> <rule>`); a split with refused rows must not be written.
+    """
+    images = images or ImagePolicy()
     raw = raw.select_columns(list(spec.columns))
     if spec.has_images:
         raw = _undecoded_images(spec, split, raw)
+    refused: list[str] = []
+    placeholder = _refused_row(spec)
 
     def convert(example: dict[str, Any], index: int) -> dict[str, Any]:
         try:
-            return spec.convert(example, index, split)
+            return spec.convert(example, index, split, images)
         except RowError as exc:
-            raise DataPreparationError(f"{spec.name} {split} row {index}: {exc}") from None
+            refused.append(f"{spec.name} {split} row {index}: {exc}")
+            return placeholder
 
-    return raw.map(
+    converted = raw.map(
         convert,
         with_indices=True,
         remove_columns=list(spec.columns),
@@ -107,6 +131,7 @@ def convert_split(spec: DatasetSpec, raw: datasets.Dataset, split: str) -> datas
         new_fingerprint=f"recipe-{spec.name}-{split}-{raw._fingerprint}",
         desc=f"{spec.name} {split}: converting",
     )
+    return converted, refused
 
 
 def _parquet_writer(dataset: datasets.Dataset, batch_size: int | None) -> Callable[[BinaryIO], object]:
@@ -134,6 +159,7 @@ def prepare_dataset(
     *,
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
 ) -> PreparedData:
     """Convert dataset `name` into `out_dir/train.parquet` and `out_dir/test.parquet` for verl.
 
@@ -145,17 +171,31 @@ def prepare_dataset(
         batch_size: rows per parquet row group (default: what `datasets` picks; 100 with images).
         progress: receives one line per step; default: stderr. Long steps also show
             `datasets` progress bars on stderr.
+        max_image_bytes: largest image accepted, embedded or read from a path.
 
     Raises:
-        RecipeConfigError: unknown name, unusable source, or an out_dir that cannot be created.
-        DataPreparationError: the hub cannot be reached, a row cannot be converted, a write fails.
+        RecipeConfigError: unknown name, unusable source, or an out_dir that cannot be created;
+            SourceDataError (a RecipeConfigError) when the source's files or rows are refused
+            (recipe/data/guard.py has the rules), naming every refused row up to a limit.
+        DataPreparationError: the hub cannot be reached, a write fails.
     """
     spec = get_spec(name)
+    if max_image_bytes < 1:
+        raise RecipeConfigError([f"max_image_bytes={max_image_bytes}: must be at least 1"])
     say = progress or _stderr
     out = Path(out_dir).expanduser()
     targets = {split: out / f"{split}.parquet" for split in SPLITS}
 
-    raw = load_source(spec, source, say)
+    loaded = load_source(spec, source, say)
+    images = ImagePolicy(folder=loaded.folder, max_bytes=max_image_bytes)
+    converted: dict[str, datasets.Dataset] = {}
+    refused: list[str] = []
+    for split in SPLITS:
+        converted[split], refused_rows = convert_split(spec, loaded.splits[split], split, images)
+        refused += refused_rows
+    if refused:
+        raise SourceDataError(summarise(refused))
+
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -168,11 +208,11 @@ def prepare_dataset(
     try:
         with AtomicFileSet() as files:
             for split, target in targets.items():
-                converted = convert_split(spec, raw[split], split)
-                say(f"{spec.name} {split}: writing {len(converted)} rows")
-                staged = files.stage(target, _parquet_writer(converted, batch_size))
-                _check_written(staged, len(converted))
-                written.append(PreparedFile(split, target, len(converted), staged.stat().st_size))
+                rows = converted[split]
+                say(f"{spec.name} {split}: writing {len(rows)} rows")
+                staged = files.stage(target, _parquet_writer(rows, batch_size))
+                _check_written(staged, len(rows))
+                written.append(PreparedFile(split, target, len(rows), staged.stat().st_size))
             files.commit()
     except OSError as exc:
         raise DataPreparationError(f"{spec.name}: writing to {out} failed ({describe_exception(exc)})") from None

@@ -9,6 +9,9 @@ A local source is a directory holding either
 - `DatasetDict.save_to_disk()` output (it has `dataset_dict.json`), or
 - a download of the hub repository (`hf download <id> --repo-type dataset --local-dir DIR`)
   or any folder `datasets.load_dataset(DIR)` reads (parquet/json/csv files per split).
+
+A local folder is checked before `datasets` opens anything in it, and its dataset files before
+they are read (recipe/data/guard.py): a hostile folder is refused, not followed.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recipe.data.errors import DataPreparationError
+from recipe.data.errors import DataPreparationError, SourceDataError
+from recipe.data.guard import SourceFolder, check_data_files, check_saved_dataset, check_tree, printable, shown
 from recipe.data.specs import SPLITS, DatasetSpec
 from recipe.errors import RecipeConfigError
 
@@ -99,53 +104,106 @@ def _load_hub(spec: DatasetSpec) -> datasets.DatasetDict:
     return loaded  # type: ignore[return-value]  # with no split argument it is a DatasetDict
 
 
-def _load_local(spec: DatasetSpec, path: Path, label: str) -> datasets.DatasetDict:
+@dataclass(frozen=True)
+class LoadedSource:
+    """A dataset's raw splits and where they came from."""
+
+    splits: datasets.DatasetDict
+    folder: SourceFolder | None
+    """The local source folder (image paths may point into it); None for the hub."""
+    label: str
+    """How messages name the source: `--source=PATH` or the hub id."""
+
+
+def _refuse(problems: list[str]) -> None:
+    if problems:
+        raise SourceDataError(problems)
+
+
+def _load_folder(spec: DatasetSpec, folder: SourceFolder, label: str) -> datasets.DatasetDict:
+    """`datasets.load_dataset(folder)`, with the files it resolved checked before any is read."""
+    import datasets
+
+    path = str(folder.path)
+    # A download of the hub repository keeps the hub's configs (gsm8k: main, socratic);
+    # a plain folder of split files has only `default`.
+    config = spec.hub_config if spec.hub_config in datasets.get_dataset_config_names(path) else None
+    # What `datasets.load_dataset` does, split in two so the data files can be checked in between.
+    builder = datasets.load_dataset_builder(path, config)
+    _refuse(check_data_files(builder.config.data_files or {}, folder, label))
+    builder.download_and_prepare()
+    empty = [str(split) for split, info in builder.info.splits.items() if not info.num_examples]
+    _refuse([f"{label}: split {shown(split)} has no rows" for split in empty])
+    return builder.as_dataset()  # type: ignore[return-value]  # no split argument: a DatasetDict
+
+
+def _load_local(spec: DatasetSpec, path: Path, label: str) -> tuple[datasets.DatasetDict, SourceFolder]:
     import datasets
 
     if not path.exists():
         raise RecipeConfigError([f"{label}: no such directory"])
     if not path.is_dir():
         raise RecipeConfigError([f"{label}: must be a directory (save_to_disk output or a download of {spec.hub_id})"])
+    folder = SourceFolder.of(path)
+    _refuse(check_tree(folder, label))  # before anything in it is opened: a FIFO README would block
     try:
         if (path / "dataset_dict.json").is_file():
+            _refuse(check_saved_dataset(folder, label))
             loaded = datasets.load_from_disk(str(path))
         else:
-            # A download of the hub repository keeps the hub's configs (gsm8k: main, socratic);
-            # a plain folder of split files has only `default`.
-            config = spec.hub_config if spec.hub_config in datasets.get_dataset_config_names(str(path)) else None
-            loaded = datasets.load_dataset(str(path), config)
+            loaded = _load_folder(spec, folder, label)
+    except SourceDataError:
+        raise
     except Exception as exc:  # whatever `datasets` says, the folder is not a readable dataset
         raise RecipeConfigError([f"{label}: cannot be read as a dataset ({describe_exception(exc)})"]) from None
     if not isinstance(loaded, datasets.DatasetDict):
         raise RecipeConfigError([f"{label}: holds a single split; need splits {', '.join(SPLITS)}"])
-    return loaded
+    return loaded, folder
+
+
+def _feature_name(feature: object) -> str:
+    """`int64` for a plain value type, the feature's repr otherwise; one printable line either way."""
+    dtype = getattr(feature, "dtype", None)
+    name = dtype if type(feature).__name__ == "Value" and isinstance(dtype, str) else repr(feature)
+    return name if name.isprintable() and len(name) <= 120 else shown(name)
 
 
 def check_source(spec: DatasetSpec, loaded: datasets.DatasetDict, label: str) -> None:
-    """Raise RecipeConfigError naming every missing split and column at once."""
+    """Raise RecipeConfigError naming every missing split and column, wrong column type and empty split at once."""
     problems: list[str] = []
     for split in SPLITS:
         if split not in loaded:
-            problems.append(f"{label}: has no split {split!r} (found: {', '.join(sorted(loaded)) or 'none'})")
+            found = ", ".join(printable(str(name)) for name in sorted(loaded)) or "none"
+            problems.append(f"{label}: has no split {split!r} (found: {found})")
             continue
-        missing = [column for column in spec.columns if column not in loaded[split].column_names]
+        columns = loaded[split].column_names
+        missing = [column for column in spec.columns if column not in columns]
         if missing:
             problems.append(
                 f"{label}: split {split!r} lacks column(s) {', '.join(missing)} "
                 f"({spec.name} needs {', '.join(spec.columns)})"
             )
+        for column in spec.text_columns:
+            if column in columns:
+                feature = loaded[split].features[column]
+                if _feature_name(feature) not in ("string", "large_string"):
+                    problems.append(
+                        f"{label}: split {split!r} column {column} is {_feature_name(feature)}; "
+                        "it must be text (string)"
+                    )
+        if not missing and loaded[split].num_rows == 0:
+            problems.append(f"{label}: split {split!r} has no rows")
     if problems:
         raise RecipeConfigError(problems)
 
 
-def load_source(
-    spec: DatasetSpec, source: str | os.PathLike[str] | None, say: Callable[[str], None]
-) -> datasets.DatasetDict:
+def load_source(spec: DatasetSpec, source: str | os.PathLike[str] | None, say: Callable[[str], None]) -> LoadedSource:
     """Load `spec`'s raw splits from the hub (`source` None) or the local directory `source`.
 
-    Raises RecipeConfigError for a source the user can fix, DataPreparationError when the hub
-    cannot be reached.
+    Raises RecipeConfigError for a source the user can fix (SourceDataError where its content
+    is refused), DataPreparationError when the hub cannot be reached.
     """
+    folder = None
     if source is None:
         say(f"loading {spec.hub_id} from the Hugging Face hub (cached in HF_HOME)")
         loaded = _load_hub(spec)
@@ -154,6 +212,6 @@ def load_source(
         path = Path(source).expanduser()
         label = f"--source={source}"
         say(f"loading {spec.name} from {path}")
-        loaded = _load_local(spec, path, label)
+        loaded, folder = _load_local(spec, path, label)
     check_source(spec, loaded, label)
-    return loaded
+    return LoadedSource(loaded, folder, label)

@@ -8,16 +8,21 @@ next entry of `images`, and the number of placeholders must equal the number of 
 (verl/utils/reward_score/__init__.py). So `data_source` stays the hub id even when the rows
 come from a local copy.
 
-The converters are pure functions of one row: they are unit-tested without `datasets`.
+The converters are pure functions of one row (plus, for images, the rules of what may be read:
+recipe/data/guard.py): they are unit-tested without `datasets`. Every value they take from the
+row is checked; a bad one raises RowError naming the column and the rule.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from recipe.data.errors import RowError  # raised by the converters; importable from here too
+from recipe.data.guard import ImagePolicy, check_image, check_text, read_image_file, shown
 
 if TYPE_CHECKING:  # `datasets` is heavy; imported where a conversion actually runs.
     import datasets
@@ -46,8 +51,16 @@ IMAGE_PLACEHOLDER = "<image>"
 _GSM8K_FINAL = re.compile(r"####\s*(-?[0-9.,]+)")
 
 
-class RowError(ValueError):
-    """A source row that cannot be converted; the caller adds the dataset, split and row index."""
+#: With no source folder: an image must carry its bytes (no path is read).
+NO_IMAGE_PATHS = ImagePolicy()
+
+
+class RowConverter(Protocol):
+    """(source row, row index, split, where images may be read from) -> output row."""
+
+    def __call__(
+        self, example: Mapping[str, Any], index: int, split: str, images: ImagePolicy = NO_IMAGE_PATHS
+    ) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -62,8 +75,13 @@ class DatasetSpec:
     columns: tuple[str, ...]
     """Source columns the converter reads; any others are dropped."""
     has_images: bool
-    convert: Callable[[Mapping[str, Any], int, str], dict[str, Any]]
-    """(source row, row index, split) -> output row."""
+    convert: RowConverter
+    """(source row, row index, split, image policy) -> output row; RowError for a row it refuses."""
+
+    @property
+    def text_columns(self) -> tuple[str, ...]:
+        """The source columns that must hold text (all but the images)."""
+        return tuple(column for column in self.columns if column != "images")
 
 
 def _message(content: str) -> list[dict[str, str]]:
@@ -89,35 +107,60 @@ def with_image_placeholders(text: str, n_images: int) -> str:
     return IMAGE_PLACEHOLDER * (n_images - n_found) + text
 
 
-def _embedded_image(image: Any) -> dict[str, Any]:
+def _label(path: str | None) -> str | None:
+    """The file name kept beside embedded bytes: a short printable name, or none."""
+    if not path:
+        return None
+    name = Path(path).name
+    return name if name and len(name) <= 255 and name.isprintable() else None
+
+
+def _embedded_image(image: Any, images: ImagePolicy) -> dict[str, Any]:
     """An undecoded image (`{"bytes", "path"}`) with its bytes inside, so the parquet is self-contained.
 
     Hub copies carry the bytes; a local image folder may only carry file paths, which would not
-    exist on the training node. Only the file name is kept as a label.
+    exist on the training node. A path is read only under `images`' rules (inside the source
+    folder, a regular file, within the size cap); the bytes must decode as an image. Only the
+    file name is kept as a label.
     """
     if not isinstance(image, Mapping) or ("bytes" not in image and "path" not in image):
-        raise RowError(f"image is {type(image).__name__}, expected an undecoded image {{bytes, path}}")
+        raise RowError(f"is {type(image).__name__}, expected an undecoded image {{bytes, path}}")
     data = image.get("bytes")
     path = image.get("path")
+    if path is not None and not isinstance(path, str):
+        raise RowError(f"path is {type(path).__name__}, not text")
+    if data is not None and not isinstance(data, bytes | bytearray | memoryview):
+        raise RowError(f"bytes is {type(data).__name__}, not bytes")
     if not data:
         if not path:
-            raise RowError("image has neither bytes nor a path")
+            raise RowError("has neither bytes nor a path")
+        data = read_image_file(path, images)
         try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise RowError(f"image file {path}: {exc.strerror or exc}") from None
-    return {"bytes": bytes(data), "path": Path(path).name if path else None}
+            check_image(data, images.max_bytes)
+        except RowError as exc:
+            raise RowError(f"path {shown(path)} {exc}") from None
+    else:
+        data = bytes(data)
+        check_image(data, images.max_bytes)
+    return {"bytes": data, "path": _label(path)}
 
 
-def convert_geo3k(example: Mapping[str, Any], index: int, split: str) -> dict[str, Any]:
+def convert_geo3k(
+    example: Mapping[str, Any], index: int, split: str, images: ImagePolicy = NO_IMAGE_PATHS
+) -> dict[str, Any]:
     """One Geometry3k row (images, problem, answer) -> one verl row with its images."""
-    problem = str(example["problem"])
-    answer = str(example["answer"])
+    problem = check_text(example["problem"], "problem")
+    answer = check_text(example["answer"], "answer")
     raw_images = example["images"]
-    images: Sequence[Any] = [] if raw_images is None else raw_images
-    if isinstance(images, Mapping):  # a single Image column instead of a list of them
-        images = [images]
-    embedded = [_embedded_image(image) for image in images]
+    listed: Sequence[Any] = [] if raw_images is None else raw_images
+    if isinstance(listed, Mapping):  # a single Image column instead of a list of them
+        listed = [listed]
+    embedded = []
+    for position, image in enumerate(listed):
+        try:
+            embedded.append(_embedded_image(image, images))
+        except RowError as exc:
+            raise RowError(f"images[{position}] {exc}") from None
     content = with_image_placeholders(problem, len(embedded)) + " " + GEO3K_INSTRUCTION
     return {
         "data_source": SPECS["geo3k"].hub_id,
@@ -131,16 +174,22 @@ def convert_geo3k(example: Mapping[str, Any], index: int, split: str) -> dict[st
 
 def gsm8k_final_answer(answer: str) -> str:
     """The number after GSM8K's `####` marker, commas removed (what verl's gsm8k reward compares)."""
-    matches = _GSM8K_FINAL.findall(answer)
+    matches = list(_GSM8K_FINAL.finditer(answer))
     if not matches:
         raise RowError("answer has no final line '#### <number>'")
-    return matches[-1].replace(",", "")
+    final = matches[-1]
+    number = final.group(1).replace(",", "")
+    if not any(character.isdigit() for character in number):
+        raise RowError(f"answer's final line {shown(final.group(0))} has no number")
+    return number
 
 
-def convert_gsm8k(example: Mapping[str, Any], index: int, split: str) -> dict[str, Any]:
-    """One GSM8K row (question, answer with `#### N`) -> one verl row."""
-    question = str(example["question"])
-    answer = str(example["answer"])
+def convert_gsm8k(
+    example: Mapping[str, Any], index: int, split: str, images: ImagePolicy = NO_IMAGE_PATHS
+) -> dict[str, Any]:
+    """One GSM8K row (question, answer with `#### N`) -> one verl row (`images` is unused: text only)."""
+    question = check_text(example["question"], "question")
+    answer = check_text(example["answer"], "answer")
     return {
         "data_source": SPECS["gsm8k"].hub_id,
         "prompt": _message(question + " " + GSM8K_INSTRUCTION),

@@ -9,14 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.needs import needs
+
 from recipe.data import DataPreparationError, prepare_dataset
+from recipe.data.errors import SourceDataError
 from recipe.data.specs import GEO3K_INSTRUCTION
 from recipe.errors import RecipeConfigError
 
 from .conftest import GEO3K_ROWS, GSM8K_ROWS, geo3k_dataset_dict, gsm8k_dataset_dict
 
-pa = pytest.importorskip("pyarrow", reason="parquet output needs pyarrow (the trainer extra)")
-pq = pytest.importorskip("pyarrow.parquet", reason="parquet output needs pyarrow (the trainer extra)")
+pa = needs("pyarrow", install="parquet output needs pyarrow (the trainer extra)")
+pq = needs("pyarrow.parquet", install="parquet output needs pyarrow (the trainer extra)")
 
 PROMPT = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 REWARD_MODEL = pa.struct([("style", pa.string()), ("ground_truth", pa.string())])
@@ -254,9 +257,26 @@ def test_malformed_row_names_split_and_row_and_writes_nothing(tmp_path: Path, ne
     datasets.DatasetDict(
         {"train": datasets.Dataset.from_dict(good), "test": datasets.Dataset.from_dict(bad)}
     ).save_to_disk(str(source))
-    with pytest.raises(DataPreparationError, match=r"gsm8k test row 1: answer has no final line"):
+    with pytest.raises(SourceDataError) as caught:  # a RecipeConfigError: exit 2, not retried
         prepare_dataset("gsm8k", tmp_path / "out", source, progress=quiet)
-    assert list((tmp_path / "out").iterdir()) == []
+    assert caught.value.problems == ["gsm8k test row 1: answer has no final line '#### <number>'"]
+    assert not (tmp_path / "out").exists()  # every row is checked before anything is written
+
+
+def test_a_refused_source_leaves_earlier_files_untouched(gsm8k_hub_snapshot: Path, tmp_path: Path) -> None:
+    import datasets
+
+    out = tmp_path / "out"
+    prepare_dataset("gsm8k", out, gsm8k_hub_snapshot, progress=quiet)
+    before = listing(out)
+    source = tmp_path / "bad"
+    rows = {"question": ["q"], "answer": ["no marker"]}
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict(rows), "test": datasets.Dataset.from_dict(rows)}
+    ).save_to_disk(str(source))
+    with pytest.raises(SourceDataError):
+        prepare_dataset("gsm8k", out, source, progress=quiet)
+    assert listing(out) == before
 
 
 def test_hub_failure_names_the_remedy_and_never_the_token_or_endpoint(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
+from tests.support.needs import needs
+
+from recipe.data.guard import ImagePolicy, SourceFolder
 from recipe.data.specs import (
     GEO3K_INSTRUCTION,
     GSM8K_INSTRUCTION,
@@ -57,10 +61,21 @@ def test_unrepairable_placeholders_are_row_errors(text: str, n_images: int) -> N
         with_image_placeholders(text, n_images)
 
 
+def png(seed: int) -> bytes:
+    """A small real PNG: converters check that every image decodes."""
+    needs("PIL", install="geo3k images need pillow (the trainer extra)")
+    from .conftest import make_image
+
+    buffer = io.BytesIO()
+    make_image(20, 12, seed).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def test_geo3k_row_has_verl_columns_and_keeps_image_bytes() -> None:
+    picture = png(1)
     row = convert_geo3k(
         {
-            "images": [{"bytes": b"\x89PNG-a", "path": "/hub/cache/img_1.png"}],
+            "images": [{"bytes": picture, "path": "/hub/cache/img_1.png"}],
             "problem": "<image>Find x.",
             "answer": "3",
         },
@@ -70,30 +85,56 @@ def test_geo3k_row_has_verl_columns_and_keeps_image_bytes() -> None:
     assert row == {
         "data_source": "hiyouga/geometry3k",
         "prompt": [{"role": "user", "content": "<image>Find x. " + GEO3K_INSTRUCTION}],
-        "images": [{"bytes": b"\x89PNG-a", "path": "img_1.png"}],
+        "images": [{"bytes": picture, "path": "img_1.png"}],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": "3"},
         "extra_info": {"split": "train", "index": 7, "answer": "3", "question": "<image>Find x."},
     }
 
 
-def test_geo3k_image_given_by_path_is_embedded(tmp_path: Path) -> None:
+def test_geo3k_image_given_by_path_inside_the_source_is_embedded(tmp_path: Path) -> None:
     picture = tmp_path / "fig.png"
-    picture.write_bytes(b"\x89PNG-from-disk")
-    row = convert_geo3k(
-        {"images": [{"bytes": None, "path": str(picture)}], "problem": "Find x.", "answer": "1"}, 0, "test"
-    )
-    assert row["images"] == [{"bytes": b"\x89PNG-from-disk", "path": "fig.png"}]
-    assert row["prompt"][0]["content"].startswith("<image>Find x. ")
+    picture.write_bytes(png(2))
+    source = ImagePolicy(SourceFolder.of(tmp_path))
+    for path in (str(picture), "fig.png"):
+        example = {"images": [{"bytes": None, "path": path}], "problem": "Find x.", "answer": "1"}
+        row = convert_geo3k(example, 0, "test", source)
+        assert row["images"] == [{"bytes": png(2), "path": "fig.png"}]
+        assert row["prompt"][0]["content"].startswith("<image>Find x. ")
+
+
+def test_geo3k_image_path_is_read_only_with_a_source_folder(tmp_path: Path) -> None:
+    (tmp_path / "fig.png").write_bytes(png(2))
+    with pytest.raises(RowError, match=r"^images\[0\] path '.*fig.png' has no bytes; images from the hub must carry"):
+        convert_geo3k(
+            {"images": [{"bytes": None, "path": str(tmp_path / "fig.png")}], "problem": "x", "answer": "1"}, 0, "train"
+        )
 
 
 def test_geo3k_image_path_that_is_gone_is_a_row_error(tmp_path: Path) -> None:
-    with pytest.raises(RowError, match="missing.png"):
+    with pytest.raises(RowError, match=r"^images\[0\] path 'missing.png' names no such file in the source folder"):
         convert_geo3k(
-            {"images": [{"bytes": None, "path": str(tmp_path / "missing.png")}], "problem": "x", "answer": "1"},
+            {"images": [{"bytes": None, "path": "missing.png"}], "problem": "x", "answer": "1"},
             0,
             "train",
+            ImagePolicy(SourceFolder.of(tmp_path)),
         )
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"question": None, "answer": "#### 1"}, "question is missing (null)"),
+        ({"question": 3, "answer": "#### 1"}, "question is int, not text"),
+        ({"question": " ", "answer": "#### 1"}, "question is empty"),
+        ({"question": "q", "answer": "#### " + "1" * 70_000}, "answer is 70005 characters, over the limit of 65536"),
+        ({"question": "q", "answer": "#### ."}, "answer's final line '#### .' has no number"),
+    ],
+)
+def test_gsm8k_values_that_are_not_usable_text_are_row_errors(row: dict[str, object], message: str) -> None:
+    with pytest.raises(RowError) as caught:
+        convert_gsm8k(row, 0, "train")
+    assert str(caught.value) == message
 
 
 def test_gsm8k_row_has_verl_columns() -> None:

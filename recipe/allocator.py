@@ -23,6 +23,15 @@ from recipe.settings import Settings
 #: The allocator variable each target's torch reads.
 ALLOC_CONF_VARIABLE: dict[Device, str] = {"gpu": "PYTORCH_CUDA_ALLOC_CONF", "npu": "PYTORCH_NPU_ALLOC_CONF"}
 
+#: Device-generic variable that newer torch reads before PYTORCH_CUDA_ALLOC_CONF.
+GENERIC_ALLOC_CONF_VARIABLE = "PYTORCH_ALLOC_CONF"
+
+#: Every allocator variable a torch of some target reads: none of them may carry
+#: expandable_segments into the trainer or its workers other than as this module decides.
+ALLOC_CONF_VARIABLES = (
+    GENERIC_ALLOC_CONF_VARIABLE, "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"
+)
+
 #: Environment variable that tells recipe.worker_setup in each Ray worker what was decided.
 RUNTIME_SWITCH_VARIABLE = "RECIPE_EXPANDABLE_SEGMENTS"
 
@@ -64,6 +73,22 @@ def _split_options(value: str) -> list[tuple[str, str]]:
     return options
 
 
+def _is_expandable(key: str) -> bool:
+    """Whether an option key means expandable_segments, however it is spelt (case, spaces)."""
+    return "".join(key.split()).lower() == _OPTION
+
+
+def _expandable_choice(variable: str, value: str) -> tuple[bool | None, list[str]]:
+    """The expandable_segments choice in an allocator value (None: not given) and the problems with it."""
+    choices = {v.strip().lower() for k, v in _split_options(value) if _is_expandable(k)}
+    unknown = choices - {"true", "false"}
+    if unknown:
+        return None, [f"{variable}={value!r}: expandable_segments must be True or False"]
+    if len(choices) > 1:
+        return None, [f"{variable}={value!r}: expandable_segments is given twice with different values"]
+    return (choices.pop() == "true") if choices else None, []
+
+
 def decide_allocator(settings: Settings, device: Device, environ: Mapping[str, str]) -> AllocatorDecision:
     """Decide the allocator environment from EXPANDABLE_SEGMENTS and the user's own allocator variable.
 
@@ -72,9 +97,18 @@ def decide_allocator(settings: Settings, device: Device, environ: Mapping[str, s
     variable = ALLOC_CONF_VARIABLE[device]
     user_value = environ.get(variable, "")
     options = _split_options(user_value)
-    others = [(k, v) for k, v in options if k != _OPTION]
-    user_choice = next((v.lower() == "true" for k, v in options if k == _OPTION), None)
+    others = [(k, v) for k, v in options if not _is_expandable(k)]
+    user_choice, problems = _expandable_choice(variable, user_value)
     setting_given = "EXPANDABLE_SEGMENTS" in settings.user_set()
+    generic = environ.get(GENERIC_ALLOC_CONF_VARIABLE, "")
+    if any(_is_expandable(k) for k, _ in _split_options(generic)):
+        # The trainer and its workers inherit it, and newer torch prefers it to the device's variable.
+        problems.append(
+            f"{GENERIC_ALLOC_CONF_VARIABLE}={generic!r}: must not set expandable_segments (vLLM's sleep-mode pool "
+            f"asserts on it); use EXPANDABLE_SEGMENTS, or {variable} for the other allocator options"
+        )
+    if problems:
+        raise RecipeConfigError(problems)
 
     if user_choice is not None and setting_given and user_choice != settings.expandable_segments:
         raise RecipeConfigError(

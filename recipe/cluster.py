@@ -21,9 +21,11 @@ lazily: importing this module costs nothing.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -86,6 +88,60 @@ class RayRole:
         return self.kind != "worker"
 
 
+#: One label of a host name (RFC 1123): letters, digits and hyphens, 1 to 63, no hyphen at either end.
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` is not an IP address or an RFC 1123 host name (None when it is one).
+
+    An IPv6 address may come in brackets. A port does not belong here (RAY_PORT has it).
+    """
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(bare)
+        return None
+    except ValueError:
+        pass
+    if bare != host:
+        return "must be an IPv6 address inside the brackets"
+    if re.fullmatch(r"[^:]+:\d*", host):
+        return "must be a host name or IP address without a port (the port is RAY_PORT)"
+    name = host[:-1] if host.endswith(".") else host
+    labels = name.split(".")
+    if len(name) > 253 or not all(_LABEL.match(label) for label in labels):
+        return ("must be an IP address or a host name (RFC 1123: dot-separated labels of 1-63 letters, "
+                "digits or hyphens, not starting or ending with a hyphen)")
+    if labels[-1].isdigit():
+        return "must be a valid IPv4 address (a host name cannot end in an all-numeric label)"
+    return None
+
+
+def gcs_address_problem(address: str) -> str | None:
+    """Why `address` is not a Ray GCS address this module can join (None when it is).
+
+    The join-existing path probes the head over TCP and counts its nodes before the
+    trainer starts (split_address, head_reachable, wait_for_nodes), so it needs an
+    explicit ``host:port``. Ray's own ``auto`` (look for a cluster started on this
+    machine) and ``ray://`` (Ray Client) name nothing to probe; KubeRay sets host:port.
+    """
+    if "://" in address:
+        return ("must be a GCS address host:port (a dashboard http:// or a Ray Client ray:// address "
+                "is not one the trainer can join)")
+    if address == "auto":
+        return ("must be a GCS address host:port: `auto` names no head the recipe can probe and count "
+                "nodes on (KubeRay sets host:port)")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host:
+        return "must be a GCS address host:port"
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        return "must be a GCS address host:port with a TCP port in [1, 65535]"
+    if ":" in host and not host.startswith("["):
+        return "must be a GCS address host:port, with an IPv6 host in brackets ([::1]:6379)"
+    problem = host_problem(host)
+    return None if problem is None else f"must be a GCS address host:port; its host {problem}"
+
+
 def cluster_problems(
     nnodes: int,
     node_rank: int,
@@ -104,12 +160,16 @@ def cluster_problems(
         problems.append(f"NODE_RANK={node_rank}: must be in [0, NNODES={nnodes})")
     if not 1 <= ray_port <= 65535:
         problems.append(f"RAY_PORT={ray_port}: must be a TCP port in [1, 65535]")
+    if master_addr and host_problem(master_addr):
+        problems.append(f"MASTER_ADDR={master_addr}: {host_problem(master_addr)}")
     if ray_address_env:
         if "://" in ray_address_env:
             problems.append(
                 f"RAY_ADDRESS={ray_address_env}: must be a GCS address host:port "
                 "(a dashboard http:// address is for `ray job submit`, not for the trainer)"
             )
+        elif gcs_address_problem(ray_address_env):
+            problems.append(f"RAY_ADDRESS={ray_address_env}: {gcs_address_problem(ray_address_env)}")
     elif nnodes > 1 and node_rank > 0 and not master_addr:
         problems.append(
             f"MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES={nnodes} and NODE_RANK={node_rank}"
@@ -139,6 +199,8 @@ def plan_ray_role(
     # The head advertises MASTER_ADDR when given; without it (rank 0 may omit it)
     # Ray picks the node's address and the workers must be told it by hand.
     head_host = master_addr or socket.gethostname()
+    if ":" in head_host and not head_host.startswith("["):
+        head_host = f"[{head_host}]"  # an IPv6 address: host:port would be ambiguous
     address = f"{head_host}:{ray_port}"
     if node_rank == 0:
         return RayRole("head", address, 0, nnodes,
@@ -440,15 +502,20 @@ def wait_for_nodes(
     poll_interval_s: float = 2.0,
     head: RayNode | None = None,
     node_ip_address: str | None = None,
+    head_timeout_s: float | None = None,
 ) -> list[NodeReport]:
     """Block until ``expected_nodes`` alive nodes each have ``devices_per_node`` devices.
 
     Raises ClusterError naming the nodes still missing (by NODE_RANK where the
     nodes were started by this module) or short of devices once ``timeout_s``
     has passed, or at once if ``head`` (our own ``ray start``) has ended.
+    ``head_timeout_s`` given: the head may take that long to answer, and the
+    ``timeout_s`` for the nodes starts once this process is connected to it (tests
+    use it so that a slow machine cannot turn "no node joined" into "no head
+    answered"); None: one deadline, ``timeout_s`` from the call, for both.
     """
     start = time.monotonic()
-    deadline = start + timeout_s
+    deadline = start + (timeout_s if head_timeout_s is None else head_timeout_s)
 
     def check_head() -> None:
         if head is not None and head.poll() is not None:
@@ -460,11 +527,15 @@ def wait_for_nodes(
     while not head_reachable(address):
         check_head()
         if time.monotonic() >= deadline:
-            raise ClusterError([f"address {address}: no Ray head answered within {timeout_s:.0f}s"])
+            waited = timeout_s if head_timeout_s is None else head_timeout_s
+            raise ClusterError([f"address {address}: no Ray head answered within {waited:.0f}s"])
         time.sleep(min(poll_interval_s, 0.5))
 
     readiness: Readiness | None = None
     with _connected(address, node_ip_address) as nodes:
+        if head_timeout_s is not None:
+            # Connected: the head and its own node are up; the nodes' time starts now.
+            deadline = time.monotonic() + timeout_s
         while True:
             check_head()
             readiness = assess_nodes(nodes(), expected_nodes, resource_name, devices_per_node)
@@ -514,11 +585,13 @@ def run_head(
     poll_interval_s: float = 2.0,
     log_path: str | None = None,
     run_trainer: TrainerRunner = _run_plainly,
+    head_timeout_s: float | None = None,
 ) -> int:
     """NODE_RANK 0: start the head, wait for every node, run the trainer, stop the head.
 
     The trainer gets RAY_ADDRESS so verl's ``ray_init.address=auto`` finds this
     cluster. Returns the trainer's exit code; ClusterError if the nodes never came.
+    ``head_timeout_s``: see :func:`wait_for_nodes`.
     """
     if role.kind != "head" or role.address is None:
         raise ValueError(f"run_head needs a head role, got {role.kind}")
@@ -528,7 +601,7 @@ def run_head(
                                         log_path=log_path) as node:
         wait_for_nodes(role.address, role.nnodes, resource_name, devices_per_node, timeout_s,
                        poll_interval_s=poll_interval_s, head=node,
-                       node_ip_address=options.node_ip_address)
+                       node_ip_address=options.node_ip_address, head_timeout_s=head_timeout_s)
         trainer_env = {**base_env, "RAY_ADDRESS": role.address}
         return run_trainer(trainer_argv, trainer_env)
 

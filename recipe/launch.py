@@ -7,16 +7,17 @@ each deliberate difference is listed in the README with its reason.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from recipe.allocator import AllocatorDecision
+from recipe.allocator import ALLOC_CONF_VARIABLES, RUNTIME_SWITCH_VARIABLE, AllocatorDecision
 from recipe.device import Device
 from recipe.errors import RecipeConfigError
 from recipe.layout import DYNAMIC_BATCHING, ParallelLayout
-from recipe.settings import Settings
+from recipe.settings import Settings, literal_problem
 
 TRAINER_MODULE = "verl.trainer.main_ppo"
 #: Ray runs this in every worker before its first task (see recipe.worker_setup).
@@ -41,9 +42,30 @@ DEVICE_ENVIRONMENT: dict[Device, dict[str, str]] = {
     },
 }
 
+#: What decides the allocator variables in the workers' environment (never an override after `--`).
+ALLOCATOR_POLICY = "EXPANDABLE_SEGMENTS and PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF (the allocator policy)"
+
+#: The resume modes verl 0.9.1 knows; the v1 trainer fails at start on any other, after Ray is up.
+RESUME_MODES = ("auto", "disable", "resume_path")
+
+# A run of backslashes followed by a quote, or ending the text: the only backslashes
+# Hydra's quoted-string grammar un-escapes (hydra/grammar/OverrideLexer.g4, QUOTED_VALUE).
+_BACKSLASHES_BEFORE_QUOTE = re.compile(r"(\\*)('|\Z)")
+
+
 def hydra_string(text: str) -> str:
-    """`text` quoted, so that Hydra reads it back as exactly this string (never a number or list)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """`text` quoted, so that Hydra reads it back as exactly this string (never a number or list).
+
+    Inside Hydra's single quotes a backslash is literal unless backslashes precede a quote
+    (or the closing quote): there they come in pairs, and an odd one escapes the quote. So only
+    those runs are doubled. Raises ValueError for text OmegaConf would not keep literal
+    (settings.literal_problem): settings refuse such values before anything is built.
+    """
+    problem = literal_problem(text)
+    if problem:
+        raise ValueError(f"{text!r}: {problem}")
+    escaped = _BACKSLASHES_BEFORE_QUOTE.sub(lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text)
+    return "'" + escaped + "'"
 
 
 def hydra_value(value: object) -> str:
@@ -94,6 +116,12 @@ def runtime_environment(
         env[name] = environ.get(name, value)
     # The allocator decision already folds in the user's own allocator options.
     env.update(allocator.environment())
+    # Each value reaches verl as a Hydra override (and the workers' environment through it).
+    problems = [
+        f"{name}={value!r}: {literal_problem(value)}" for name, value in env.items() if value and literal_problem(value)
+    ]
+    if problems:
+        raise RecipeConfigError(problems)
     return env
 
 
@@ -207,10 +235,16 @@ def build_overrides(
     _add(o, "trainer.resume_mode", "auto")
 
     # Ray: the device environment for every worker, and the allocator hook.
+    # The allocator's variables and the device the worker hook acts on are the plan's decisions.
+    decided_env = {
+        "RECIPE_DEVICE": "DEVICE",
+        RUNTIME_SWITCH_VARIABLE: ALLOCATOR_POLICY,
+        **dict.fromkeys(ALLOC_CONF_VARIABLES, ALLOCATOR_POLICY),
+    }
     for name, value in runtime_env.items():
         if value is not None:
             # Ray accepts only strings as env_vars values (hydra_value quotes them).
-            _add(o, f"{_RAY_ENV}{name}", value, prefix="+")
+            _add(o, f"{_RAY_ENV}{name}", value, prefix="+", setting=decided_env.get(name))
     _add(o, "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook", WORKER_SETUP_HOOK, prefix="+")
     if layout.nnodes > 1 or settings.ray_address:
         # recipe.cluster has started (or found) the Ray cluster; the trainer attaches to it.
@@ -233,31 +267,203 @@ def override_value(overrides: Sequence[str], key: str) -> str | None:
     return None
 
 
+# --- overrides after `--`: judged by Hydra's own parser ----------------------------------
+
+#: Secrets the recipe knows by name; any other variable whose name looks like one counts too.
+SECRET_VARIABLES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN"})
+_SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|(^|_)(KEYS?|AUTH|COOKIE|SESSION|PASS)(_|$)"
+)
+# `${oc.env:NAME...}` (and OmegaConf 2.0's `${env:...}`), spaces allowed where OmegaConf allows them.
+_ENV_READ = re.compile(r"\$\{\s*(?:oc\.env|env)\s*:\s*(?P<arg>[^,}]*)")
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable of this name is treated as a secret.
+
+    The rule: a known secret (SECRET_VARIABLES), or a name containing TOKEN, SECRET, PASSW,
+    PASSPHRASE, CREDENTIAL, PRIVATE, APIKEY/API_KEY or ACCESS_KEY, or having KEY(S), AUTH,
+    COOKIE, SESSION or PASS as one of its underscore-separated words (case-insensitive).
+    """
+    upper = name.upper()
+    return upper in SECRET_VARIABLES or bool(_SECRET_NAME.search(upper))
+
+
+def hydra_override_parser() -> Any | None:
+    """Hydra's own override parser (what `python -m verl.trainer.main_ppo` parses argv with), or None without Hydra."""
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+    except ImportError:
+        return None
+    return OverridesParser.create()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def _strings_in(value: Any) -> list[str]:
+    """Every string inside a value Hydra parsed (dict keys included)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for k, v in value.items() for text in (*_strings_in(k), *_strings_in(v))]
+    if isinstance(value, (list, tuple)):
+        return [text for v in value for text in _strings_in(v)]
+    return []
+
+
+def decided_keys(overrides: Sequence[Override]) -> dict[str, str]:
+    """Every config key a recipe setting decides, with the setting to change instead."""
+    decided = {o.key: o.setting for o in overrides if o.setting is not None}
+    for variable in (*ALLOC_CONF_VARIABLES, RUNTIME_SWITCH_VARIABLE):
+        decided[f"{_RAY_ENV}{variable}"] = ALLOCATOR_POLICY
+    return decided
+
+
+def _decided_problem(text: str, targets: Sequence[str], decided: Mapping[str, str]) -> str | None:
+    """Refusal of an override that sets, deletes or replaces a key a setting decides, or a parent of one."""
+    for target in targets:
+        if target in decided:
+            return f"override {text!r}: {target} is decided by {decided[target]}; set that instead"
+        parent_of = sorted(key for key in decided if target == "" or key.startswith(target + "."))
+        if parent_of:
+            settings = sorted({decided[key] for key in parent_of})
+            return (
+                f"override {text!r}: {target or 'the root of the config'} contains keys the recipe's settings decide "
+                f"({', '.join(parent_of[:3])}{', ...' if len(parent_of) > 3 else ''}: set {'; '.join(settings)} instead); "
+                "override the other keys under it one by one"
+            )
+        inside = next((key for key in decided if target.startswith(key + ".")), None)
+        if inside is not None:
+            return f"override {text!r}: {target} is inside {inside}, which {decided[inside]} decides; set that instead"
+    return None
+
+
+def secret_reference_problems(text: str, strings: Sequence[str]) -> list[str]:
+    """Refusals of an override whose value reads a secret (or an unnamed variable) with oc.env."""
+    problems: list[str] = []
+    for string in strings:
+        for match in _ENV_READ.finditer(string):
+            name = match.group("arg").strip().strip("'\"").strip()
+            if not _PLAIN_NAME.match(name):
+                problems.append(
+                    f"override {text!r}: oc.env must name its variable literally (a computed name could be a secret)"
+                )
+            elif is_secret_name(name):
+                problems.append(
+                    f"override {text!r}: reads the secret {name} through oc.env; a secret reaches verl only "
+                    "through the environment, never its config (which verl prints and logs)"
+                )
+    return problems
+
+
+@dataclass(frozen=True)
+class UserOverride:
+    """One override after `--` as Hydra's own parser reads it."""
+
+    text: str
+    #: The config path (or group) it names, dotted.
+    key: str
+    #: The package of a group override (`group@package=...`), else None.
+    package: str | None
+    #: Every string in its value, as Hydra hands them to OmegaConf.
+    strings: tuple[str, ...]
+
+
+def parse_user_override(text: str, parser: Any) -> UserOverride | str:
+    """The override as Hydra parses it, or one problem line (what Hydra rejects, plan rejects)."""
+    if "=" not in text and not text.startswith("~"):
+        return f"override {text!r}: must look like key=value (Hydra override syntax)"
+    try:
+        parsed = parser.parse_override(text)
+    except Exception as error:  # Hydra's OverrideParseException, or whatever its grammar raises
+        return f"override {text!r}: Hydra cannot parse it ({_first_line(error)})"
+    if parsed.is_sweep_override():
+        return (
+            f"override {text!r}: is a sweep, which Hydra refuses outside --multirun; "
+            "write a list as [a,b] or quote the value"
+        )
+    try:
+        value = parsed.value()
+    except Exception as error:
+        return f"override {text!r}: Hydra cannot evaluate its value ({_first_line(error)})"
+    return UserOverride(
+        text=text,
+        key=parsed.key_or_group.replace("/", "."),
+        package=parsed.package,
+        strings=tuple(_strings_in(value)),
+    )
+
+
+def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split the user's extra overrides (after `--`) into (accepted, problem lines), in order.
+
+    Each is read with Hydra's own parser, so what Hydra rejects is rejected here. Refused too:
+    a key that a recipe setting decides, a parent of one (`trainer={...}`, `~trainer`), a group
+    or package that replaces one, and a value that reads a secret with oc.env. The composition
+    against verl's own config is plan.verl_config_problems.
+    """
+    if not extra:
+        return [], []
+    parser = hydra_override_parser()
+    if parser is None:
+        return [], [
+            f"overrides after `--` ({len(extra)}): need Hydra (which comes with verl) to be checked the way the "
+            "trainer reads them; run `plan` in the image (docker compose run --rm gpu plan -- ...), "
+            "or pip install '.[trainer]'"
+        ]
+    decided = decided_keys(overrides)
+    accepted: list[str] = []
+    problems: list[str] = []
+    for text in extra:
+        parsed = parse_user_override(text, parser)
+        if isinstance(parsed, str):
+            problems.append(parsed)
+            continue
+        targets = [parsed.key] + ([parsed.package] if parsed.package is not None else [])
+        decided_problem = _decided_problem(text, targets, decided)
+        refused = [decided_problem] if decided_problem else secret_reference_problems(text, parsed.strings)
+        if refused:
+            problems.extend(refused)
+        else:
+            accepted.append(text)
+    return accepted, problems
+
+
 def merge_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) -> list[str]:
     """Apply the user's extra overrides (after `--`): each replaces the recipe's value for its key.
 
-    A key that a recipe setting decides is refused (set the setting instead), so
-    that the plan and the run never disagree. Raises RecipeConfigError.
+    What check_user_overrides refuses raises RecipeConfigError (every problem at once), so that
+    the plan and the run never disagree.
     """
+    accepted, problems = check_user_overrides(overrides, extra)
+    if problems:
+        raise RecipeConfigError(problems)
     by_key = {o.key: o for o in overrides}
-    problems: list[str] = []
     replaced: dict[str, str] = {}
     appended: list[str] = []
-    for text in extra:
-        if "=" not in text and not text.startswith("~"):
-            problems.append(f"override {text!r}: must look like key=value (Hydra override syntax)")
-            continue
+    for text in accepted:
         key = _override_key(text)
-        ours = by_key.get(key)
-        if ours is not None and ours.setting is not None:
-            problems.append(f"override {text!r}: {key} is decided by {ours.setting}; set that instead")
-        elif ours is not None:
+        if key in by_key:
             replaced[key] = text
         else:
             appended.append(text)
-    if problems:
-        raise RecipeConfigError(problems)
     return [replaced.get(o.key, str(o)) for o in overrides] + appended
+
+
+def resume_mode_problem(value: Any, interpolated: bool) -> str | None:
+    """Why a composed `trainer.resume_mode` is not one the resume guard can vouch for (None when it is)."""
+    if interpolated or value not in RESUME_MODES:
+        return (
+            f"trainer.resume_mode={value!r}: must be one of {', '.join(RESUME_MODES)}, written literally "
+            "(verl 0.9.1 knows no other mode, and the resume guard checks what it reads before the run: "
+            "an interpolation is resolved only later); use trainer.resume_mode=auto, "
+            "trainer.resume_mode=disable, or trainer.resume_mode=resume_path trainer.resume_from_path=<global_step_N dir>"
+        )
+    return None
 
 
 def trainer_argv(overrides: Sequence[str], python: str = sys.executable) -> list[str]:

@@ -8,6 +8,8 @@ Qwen3.5-35B-A3B so that `plan` works before the weights are downloaded.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -71,37 +73,97 @@ class ModelSource:
         return {"source": self.source, **self.architecture.to_dict()}
 
 
+#: config.json larger than this is not a model config (HF configs are a few kB).
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+def _count(text: dict[str, Any], field: str, keys: tuple[str, ...], name: str) -> tuple[int | None, str | None]:
+    """The value of the first of `keys` present in `text`, checked: (value, None) or (None, problem)."""
+    key = next((k for k in keys if k in text and text[k] is not None), None)
+    if key is None:
+        if field in _OPTIONAL:
+            return 0, None  # a model without linear attention
+        return None, f"MODEL_PATH={name!r}: config.json lacks {'/'.join(keys)}"
+    value = text[key]
+    # JSON true/false are Python bools, which are ints: 1 attention head is not what `true` means.
+    if type(value) is not int or value < 1:
+        shown = json.dumps(value)[:40] if isinstance(value, (int, float, str)) else f"<{type(value).__name__}>"
+        return None, f"MODEL_PATH={name!r}: config.json {key}={shown}: must be a positive whole number"
+    return value, None
+
+
 def architecture_from_config(config: dict[str, Any], name: str) -> ModelArchitecture:
     """Architecture from a parsed HF config.json; a VLM nests its text model under `text_config`.
 
-    Raises RecipeConfigError naming every missing key.
+    Raises RecipeConfigError naming every missing or unusable count.
     """
-    text = config.get("text_config") or config
+    text = config.get("text_config")
+    if text is None:
+        text = config
+    elif not isinstance(text, dict):
+        kind = type(text).__name__
+        raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json text_config must be a JSON object, not {kind}"])
     values: dict[str, int] = {}
-    missing: list[str] = []
+    problems: list[str] = []
     for field, keys in _KEYS.items():
-        found = next((text[k] for k in keys if isinstance(text.get(k), int)), None)
-        if found is None:
-            if field in _OPTIONAL:
-                found = 0
-            else:
-                missing.append("/".join(keys))
-                continue
-        values[field] = found
-    if missing:
-        raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json lacks {key}" for key in missing])
+        value, problem = _count(text, field, keys, name)
+        if problem:
+            problems.append(problem)
+        else:
+            values[field] = value  # type: ignore[assignment]
+    if problems:
+        raise RecipeConfigError(problems)
     return ModelArchitecture(name=name, **values)
 
 
-def load_architecture(model_path: Path) -> ModelSource:
-    """The architecture of the model at `model_path`, or the built-in profile when it has no config.json."""
-    config_file = model_path / "config.json"
-    if not config_file.is_file():
-        return ModelSource(QWEN3_5_35B_A3B, f"built-in profile {QWEN3_5_35B_A3B.name} ({config_file} not found)")
+def _read_config(config_file: Path, name: str) -> bytes:
+    """The bytes of a regular config.json; never opens a FIFO or device in a blocking way."""
+
+    def refuse(why: str) -> RecipeConfigError:
+        return RecipeConfigError([f"MODEL_PATH={name!r}: config.json {why}"])
+
+    # O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer.
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecipeConfigError([f"MODEL_PATH={str(model_path)!r}: config.json is unreadable ({exc})"]) from None
+        fd = os.open(config_file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise refuse(f"is unreadable ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse("is not a regular file (a directory, FIFO, socket or device)")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise refuse(f"is {info.st_size} bytes, larger than any model config ({MAX_CONFIG_BYTES})")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise refuse(f"is unreadable ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def load_architecture(model_path: Path) -> ModelSource:
+    """The architecture of the model at `model_path`, or the built-in profile when it has no config.json.
+
+    Only a config.json that is absent (nothing at that path, not even a dangling link) means
+    "not downloaded yet"; anything else there must be a readable JSON object with sound numbers.
+    """
+    name = str(model_path)
+    config_file = model_path / "config.json"
+    try:
+        os.lstat(config_file)
+    except FileNotFoundError:
+        return ModelSource(QWEN3_5_35B_A3B, f"built-in profile {QWEN3_5_35B_A3B.name} ({config_file} not found)")
+    except NotADirectoryError:
+        raise RecipeConfigError([f"MODEL_PATH={name!r}: is not a directory"]) from None
+    except OSError as exc:
+        raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json cannot be examined ({exc.strerror})"]) from None
+    data = _read_config(config_file, name)
+    try:
+        config = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json nests too deeply to be a model config"]) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json is unreadable ({exc})"]) from None
     if not isinstance(config, dict):
-        raise RecipeConfigError([f"MODEL_PATH={str(model_path)!r}: config.json is not a JSON object"])
-    return ModelSource(architecture_from_config(config, str(model_path)), str(config_file))
+        raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json is not a JSON object"])
+    return ModelSource(architecture_from_config(config, name), str(config_file))

@@ -9,12 +9,14 @@ from; a value the user sets is never replaced.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from pydantic import Field, PositiveInt, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from recipe.cluster import gcs_address_problem, host_problem
 from recipe.errors import RecipeConfigError
 
 DeviceChoice = Literal["auto", "gpu", "npu"]
@@ -22,6 +24,42 @@ ProfileChoice = Literal["full", "smoke"]
 
 #: Shown instead of a secret's value everywhere (plan, logs, errors).
 REDACTED = "**********"
+
+#: OmegaConf's marker of a mandatory value: a string that is exactly this is never a value.
+OMEGACONF_MISSING = "???"
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def literal_problem(value: str) -> str | None:
+    """Why `value` cannot reach verl's config as exactly this string (None when it can).
+
+    Every string the recipe passes to verl is quoted for Hydra (launch.hydra_string), so
+    Hydra reads it back exactly. OmegaConf then treats `${...}` as an interpolation (which
+    could read a secret with oc.env) and `???` as a missing value. Escaping `\\${` is no
+    remedy: verl's TaskRunner runs OmegaConf.resolve(config) in place, which drops the escape,
+    and reads the config again, which resolves the interpolation then. So both are refused.
+    """
+    if "${" in value:
+        return (
+            "must be a literal string: `${` starts an OmegaConf interpolation, which verl would resolve "
+            "(and re-resolve after its in-place OmegaConf.resolve)"
+        )
+    if value == OMEGACONF_MISSING:
+        return "must be a literal string: OmegaConf reads `???` as a missing value"
+    if "\x00" in value:
+        return "must not contain a NUL character"
+    return None
+
+
+def path_component_problem(value: str) -> str | None:
+    """Why `value` is not one plain path component (checkpoints go to CHECKPOINT_DIR/PROJECT_NAME/EXPERIMENT_NAME)."""
+    if value in {".", ".."} or "/" in value or "\x00" in value or _CONTROL.search(value):
+        return (
+            "must be a single path component (no '/', not '.' or '..', no NUL or control characters), "
+            "so that checkpoints stay inside CHECKPOINT_DIR"
+        )
+    return None
 
 
 class Settings(BaseSettings):
@@ -60,10 +98,12 @@ class Settings(BaseSettings):
 
     # --- several nodes ------------------------------------------------------
     node_rank: int = Field(0, ge=0, description="This node's rank; 0 starts the Ray head and the trainer.")
-    master_addr: str | None = Field(None, description="Address of the rank-0 node (needed when NNODES > 1).")
+    master_addr: str | None = Field(
+        None, description="IP address or RFC 1123 host name of the rank-0 node, no port (needed when NNODES > 1)."
+    )
     ray_port: int = Field(6379, ge=1, le=65535, description="Port of the Ray head started on rank 0.")
     ray_address: str | None = Field(
-        None, description="Address of a running Ray cluster to join (set by KubeRay); no head is started then."
+        None, description="GCS host:port of a running Ray cluster to join (set by KubeRay); no head is started then."
     )
     ray_wait_timeout: PositiveInt = Field(
         600, description="Seconds rank 0 waits for every node's devices to join Ray before it gives up."
@@ -79,8 +119,12 @@ class Settings(BaseSettings):
     )
 
     # --- run ----------------------------------------------------------------
-    project_name: str = Field("grpo_qwen3_5_35b_geo3k", min_length=1, description="Tracking project name.")
-    experiment_name: str = Field("qwen3_5_35b_megatron", min_length=1, description="Tracking experiment name.")
+    project_name: str = Field(
+        "grpo_qwen3_5_35b_geo3k", min_length=1, description="Tracking project name; one path component."
+    )
+    experiment_name: str = Field(
+        "qwen3_5_35b_megatron", min_length=1, description="Tracking experiment name; one path component."
+    )
     save_freq: int = Field(20, description="Save a checkpoint (and HF export) every N steps; -1 disables.")
     test_freq: int = Field(5, description="Validate every N steps; -1 disables.")
     train_batch_size: PositiveInt = Field(32, description="Prompts per training step (also the PPO mini-batch).")
@@ -120,6 +164,43 @@ class Settings(BaseSettings):
         data.setdefault("train_files", assets.train_file)
         data.setdefault("val_files", assets.val_file)
         return data
+
+    @field_validator("project_name", "experiment_name")
+    @classmethod
+    def _one_path_component(cls, value: str) -> str:
+        problem = path_component_problem(value) or literal_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("model_path", "data_dir", "train_files", "val_files", "checkpoint_dir")
+    @classmethod
+    def _literal_path(cls, value: Path | None) -> Path | None:
+        problem = None if value is None else literal_problem(str(value))
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("master_addr", "ray_address", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("master_addr")
+    @classmethod
+    def _a_host(cls, value: str | None) -> str | None:
+        problem = None if value is None else host_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("ray_address")
+    @classmethod
+    def _a_gcs_address(cls, value: str | None) -> str | None:
+        problem = None if value is None else gcs_address_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("save_freq", "test_freq")
     @classmethod

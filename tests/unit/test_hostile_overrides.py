@@ -1,0 +1,248 @@
+"""Hostile overrides after `--` (issue 11, items 1-4 and 6), judged against the real parsers.
+
+The oracle is always Hydra's own override parser and the composition of the installed verl's
+own trainer config (as `python -m verl.trainer.main_ppo` builds it), then OmegaConf's own
+resolution, done the way verl's TaskRunner does it (print resolved, resolve in place, read).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+
+from recipe.errors import RecipeConfigError
+from recipe.launch import checkpoint_root
+from recipe.plan import build_plan
+from recipe.settings import load_settings
+from tests.support.needs import TRAINER_EXTRA, needs
+
+from .envtools import clear_settings
+
+verl = needs("verl", install=TRAINER_EXTRA)
+pytestmark = pytest.mark.verl
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
+from hydra.errors import HydraException  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
+CANARY = "hf_leak_canary_0123456789"
+
+
+def hydra_composes(overrides: list[str]) -> Any:
+    """verl's trainer config from these overrides, as main_ppo would build it; raises what Hydra raises."""
+    OverridesParser.create().parse_overrides(overrides)
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def as_verl_reads(config: Any) -> dict:
+    """What verl's TaskRunner ends up reading: pprint(resolve=True), OmegaConf.resolve in place, read again."""
+    OmegaConf.to_container(config, resolve=True)
+    OmegaConf.resolve(config)
+    return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
+
+
+def _plan(extra: tuple[str, ...] | list[str] = (), **values: str):  # type: ignore[no-untyped-def]
+    with pytest.MonkeyPatch.context() as mp:
+        clear_settings(mp)
+        mp.setenv("DEVICE", values.pop("DEVICE", "gpu"))
+        mp.setenv("HF_TOKEN", CANARY)
+        mp.setenv("WANDB_API_KEY", CANARY)
+        mp.setenv("RAY_AUTH_TOKEN", CANARY)
+        for name, value in values.items():
+            mp.setenv(name, value)
+        return build_plan(load_settings(), os.environ, list(extra))
+
+
+def _refused(*extra: str, **values: str) -> list[str]:
+    with pytest.raises(RecipeConfigError) as caught:
+        _plan(extra, **values)
+    problems = caught.value.problems
+    assert problems and all(CANARY not in p for p in problems)
+    return problems
+
+
+# --- item 1: no override resolves a secret ------------------------------------------------------
+
+
+def test_verls_task_runner_resolves_its_config_in_place_and_reads_it_again() -> None:
+    """The fact behind refusing `${` in settings (an escape would not survive) and behind resolving
+    several times here: verl 0.9.1 prints the config resolved, then resolves it in place."""
+    source = (Path(verl.__file__).parent / "trainer" / "main_ppo.py").read_text()
+    assert "pprint(OmegaConf.to_container(config, resolve=True))\n        OmegaConf.resolve(config)" in source
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "+foo=${oc.env:HF_TOKEN}",
+        "trainer.total_training_steps=${oc.env:WANDB_API_KEY}",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.X=${oc.env:RAY_AUTH_TOKEN}",
+        "+foo='${oc.env:HF_TOKEN}'",
+        "+foo=\"prefix-${oc.env:HF_TOKEN}\"",
+        "+foo=${oc.env:MY_SERVICE_PASSWORD,none}",
+        "+foo=${oc.env:'HF_TOKEN'}",
+        "+foo={a:[${oc.env:HF_TOKEN}]}",
+        "+foo='${oc.decode:${oc.env:HF_TOKEN}}'",  # nested interpolations parse only inside quotes
+    ],
+)
+def test_an_override_reading_a_secret_is_refused(override: str) -> None:
+    problems = _refused(override)
+    assert any(override in p and "secret" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # The name is computed: only the resolution can tell which variable it is.
+        ("+n=HF_TOKEN", "+foo='${oc.env:${n}}'"),
+        # An escaped interpolation survives one resolution and is resolved by the next one,
+        # after verl's in-place OmegaConf.resolve.
+        ("+foo='\\${oc.env:HF_TOKEN}'",),
+        # Two halves concatenated into an interpolation string, resolved on the next read.
+        ("+a='$'", "+b='{oc.env:HF_TOKEN}'", "+foo=${a}${b}"),
+    ],
+)
+def test_a_secret_reached_indirectly_is_refused(overrides: tuple[str, ...]) -> None:
+    problems = _refused(*overrides)
+    assert any("secret" in p for p in problems), problems
+
+
+def test_an_override_reading_an_ordinary_variable_passes() -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RECIPE_TEST_STEPS", "7")
+        plan = _plan(("trainer.total_training_steps=${oc.env:RECIPE_TEST_STEPS,3}",))
+    assert "trainer.total_training_steps=${oc.env:RECIPE_TEST_STEPS,3}" in plan.overrides
+
+
+# --- item 2: settings round-trip through verl's real composition ------------------------------------
+
+_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=20)
+
+
+@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(experiment=_text, checkpoint_dir=_text, alloc=_text)
+def test_settings_reach_verls_composed_config_exactly(experiment: str, checkpoint_dir: str, alloc: str) -> None:
+    try:
+        plan = _plan(EXPERIMENT_NAME=experiment, CHECKPOINT_DIR="/" + checkpoint_dir, PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:" + alloc)
+    except RecipeConfigError as error:
+        assert all(p.split("=", 1)[0] in {"EXPERIMENT_NAME", "CHECKPOINT_DIR", "PYTORCH_CUDA_ALLOC_CONF"} for p in error.problems)
+        return
+    config = hydra_composes(plan.overrides)
+    ray_env = OmegaConf.to_container(config.ray_kwargs.ray_init.runtime_env.env_vars, resolve=False)  # as run_ppo passes it to ray.init
+    read = as_verl_reads(config)
+    assert read["trainer"]["experiment_name"] == plan.settings.experiment_name == experiment
+    assert read["trainer"]["default_local_dir"] == str(checkpoint_root(plan.settings))
+    assert ray_env["PYTORCH_CUDA_ALLOC_CONF"] == plan.env["PYTORCH_CUDA_ALLOC_CONF"]
+    assert read["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["PYTORCH_CUDA_ALLOC_CONF"] == plan.env["PYTORCH_CUDA_ALLOC_CONF"]
+
+
+# --- item 3: parents of decided keys ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "trainer={nnodes:4}",
+        "actor_rollout_ref.actor.megatron={tensor_model_parallel_size:4}",
+        "actor_rollout_ref.ref.megatron={tensor_model_parallel_size:4}",
+        "~trainer",
+        "~trainer.nnodes",
+        "~actor_rollout_ref.actor.megatron",
+        "++trainer={nnodes:4}",
+        "+trainer.nnodes=4",
+        "++actor_rollout_ref={actor:{megatron:{tensor_model_parallel_size:4}}}",
+        "actor@actor_rollout_ref.actor=megatron_actor",
+        "ref@actor_rollout_ref.ref=megatron_ref",
+        "model_engine=dp",
+        "data={train_files:/etc/passwd}",
+    ],
+)
+def test_an_override_of_a_decided_key_or_its_parent_is_refused(override: str) -> None:
+    (problem,) = _refused(override)
+    assert problem.startswith(f"override {override!r}: ") and "decide" in problem
+
+
+def test_a_sibling_of_a_decided_key_passes() -> None:
+    plan = _plan(("trainer.total_training_steps=3", "actor_rollout_ref.actor.megatron.seed=7"))
+    assert "actor_rollout_ref.actor.megatron.seed=7" in plan.overrides
+
+
+# --- item 4: what Hydra rejects, plan rejects ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override",
+    [" trainer.total_training_steps=3", "foo.bar=1", "TRAINER.TOTAL_EPOCHS=4", "trainer.total_training_steps=3 trainer.val_before_train=True",
+     "trainer.totаl_training_steps=3", "trainer.total_training_steps=3,4", "=3", "trainer.total_training_steps"],
+)
+def test_plan_rejects_what_hydra_rejects(override: str) -> None:
+    with pytest.raises((HydraException, ValueError)):  # ValueError: Hydra's own for `=3`
+        hydra_composes([*_plan().overrides, override])
+    (problem,) = _refused(override)
+    assert problem.startswith(f"override {override!r}: ")
+
+
+_key_char = st.sampled_from(list("abtr_.~+=@/ ,'\"${}:[]1-") + ["а", "é", "\t", "\\"])
+_override = st.one_of(
+    st.text(_key_char, min_size=1, max_size=16),
+    st.builds(lambda k, v: f"{k}={v}", st.sampled_from(["trainer.total_training_steps", "Trainer.total_training_steps", "+trainer.foo",
+                                                         "++trainer.total_epochs", "trainer.total_training_steps ", "~trainer.val_before_train",
+                                                         "actor_rollout_ref.actor.optim.lr", "trainer.nope", "+trainer.x.y"]),
+              st.text(_key_char, max_size=10)),
+)
+
+
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(override=_override)
+def test_any_override_plan_accepts_composes_in_verl(override: str) -> None:
+    """plan accepts => Hydra parses it and verl's config composes with it (and nothing resolves a secret)."""
+    try:
+        plan = _plan((override,))
+    except RecipeConfigError as error:
+        assert error.problems and all(CANARY not in p for p in error.problems)
+        return
+    config = hydra_composes(plan.overrides)
+    assert CANARY not in repr(as_verl_reads(config))
+
+
+# --- item 6: the allocator promise --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        "++ray_kwargs.ray_init.runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF=\"max_split_size_mb:1, expandable_segments : True\"",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTORCH_NPU_ALLOC_CONF=expandable_segments:True",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTORCH_ALLOC_CONF=expandable_segments:True",
+        "+ray_kwargs.ray_init.runtime_env.env_vars={PYTORCH_CUDA_ALLOC_CONF:'expandable_segments:True'}",
+        "ray_kwargs.ray_init.runtime_env={env_vars:{PYTORCH_CUDA_ALLOC_CONF:'expandable_segments:True'}}",
+        "~ray_kwargs.ray_init.runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF",
+    ],
+)
+@pytest.mark.parametrize("device", ["gpu", "npu"])
+def test_an_override_cannot_put_expandable_segments_into_the_workers(override: str, device: str) -> None:
+    problems = _refused(override, DEVICE=device, PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:64", PYTORCH_NPU_ALLOC_CONF="max_split_size_mb:64")
+    assert any(p.startswith(f"override {override!r}: ") for p in problems), problems
+
+
+@pytest.mark.parametrize("value", ["Expandable_Segments:True", " expandable_segments : True ", "expandable_segments:true,max_split_size_mb:64"])
+def test_any_spelling_in_the_users_variable_is_kept_out_of_the_workers(value: str) -> None:
+    plan = _plan(PYTORCH_CUDA_ALLOC_CONF=value)
+    read = as_verl_reads(hydra_composes(plan.overrides))
+    env = read["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert "expandable_segments" not in env.get("PYTORCH_CUDA_ALLOC_CONF", "").lower().replace(" ", "")
+    assert plan.allocator.runtime_switch
+
+
+def test_a_generic_pytorch_alloc_conf_with_expandable_segments_is_refused() -> None:
+    problems = _refused(PYTORCH_ALLOC_CONF="expandable_segments:True")
+    assert problems[0].startswith("PYTORCH_ALLOC_CONF='expandable_segments:True': ")

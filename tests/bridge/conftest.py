@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
-import socket
 import sys
 import types
 import typing
@@ -28,24 +26,21 @@ from typing import Any
 
 import pytest
 
+from tests.support.needs import MEGATRON_BRIDGE, installed
+from tests.support.ports import free_port
+from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
+from tests.support.tiny_qwen35 import load_all
+
 REQUIRED = ("torch", "transformers", "megatron.core", "megatron.bridge", "modelopt", "triton")
 
-
-def _absent() -> list[str]:
-    missing = []
-    for name in REQUIRED:
-        try:
-            if importlib.util.find_spec(name) is None:
-                missing.append(name)
-        except (ImportError, ValueError):
-            missing.append(name)
-    return missing
-
-
-_MISSING = _absent()
-#: Why every test here is skipped on this machine, or None when they can run.
+#: Not installed at all (a package that is there but fails to import is not "missing": the
+#: tests that import it fail with its real error).
+_MISSING = [name for name in REQUIRED if not installed(name)]
+#: Why every test here is skipped on this machine, or None when they can run (under CI=true
+#: such a skip is a failure: tests/support/skip_policy.py).
 SKIP_REASON = (
-    f"Megatron-Bridge CPU tests need {', '.join(_MISSING)} (install steps: docs/export.md, 'Running the tests')"
+    f"Megatron-Bridge CPU tests need {', '.join(_MISSING)}, which is not installed "
+    f"(install step: {MEGATRON_BRIDGE})"
     if _MISSING
     else None
 )
@@ -110,13 +105,7 @@ def install_shims() -> None:
 if SKIP_REASON is None:
     install_shims()
     import torch
-    from safetensors.torch import load_file, save_file
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    from safetensors.torch import save_file
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +114,7 @@ def gloo_world() -> Iterator[None]:
     from megatron.core import parallel_state
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(_free_port())
+    os.environ["MASTER_PORT"] = str(free_port())
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
     parallel_state.initialize_model_parallel()
     yield
@@ -185,14 +174,6 @@ def megatron_model(gloo_world: None, qwen3_moe_source: Path) -> list[Any]:
     return cpu_provider(bridge, load_weights=True).provide_distributed_model(
         wrap_with_ddp=False, use_cpu_initialization=True, bf16=False, fp16=False
     )
-
-
-def load_all(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of an HF checkpoint directory (tiny models only)."""
-    tensors: dict[str, torch.Tensor] = {}
-    for shard in sorted(directory.glob("*.safetensors")):
-        tensors.update(load_file(shard))
-    return tensors
 
 
 def derive_source(

@@ -15,11 +15,13 @@ from unittest import mock
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="Megatron-Bridge CPU tests need torch")
+from tests.support.needs import TRAINER_EXTRA, needs
 
-pytest.importorskip("verl", reason="writes the checkpoint with verl's own dist_checkpointing helper")
+torch = needs("torch", install=TRAINER_EXTRA)
+# The checkpoint is written with verl's own dist_checkpointing helper.
+needs("verl", install=TRAINER_EXTRA)
 
-from recipe.export.bridge_export import ExportError, export_latest, latest_checkpoint
+from recipe.export.bridge_export import ExportError, export_latest, latest_checkpoint  # noqa: E402
 
 FINAL_NORM = "model.norm.weight"
 
@@ -100,3 +102,44 @@ def test_export_refuses_a_non_empty_target(verl_checkpoint: Path, qwen3_moe_sour
     (tmp_path / "out" / "old.safetensors").write_bytes(b"")
     with pytest.raises(ExportError, match="not empty"):
         export_latest(verl_checkpoint, qwen3_moe_source, tmp_path / "out")
+
+
+# --- the `export` command's handler, as a user runs it: settings from the environment ---------
+
+
+def _settings_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    from tests.unit.envtools import clear_settings
+
+    clear_settings(monkeypatch)
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_the_export_command_exports_this_experiments_newest_checkpoint(
+    verl_checkpoint: Path, qwen3_moe_source: Path, tmp_path: Path, tensors_of, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """CHECKPOINT_DIR/PROJECT_NAME/EXPERIMENT_NAME and MODEL_PATH decide what `export` reads."""
+    from recipe.cli import main
+
+    _settings_env(monkeypatch, CHECKPOINT_DIR=str(verl_checkpoint.parent.parent), PROJECT_NAME=verl_checkpoint.parent.name,
+                  EXPERIMENT_NAME=verl_checkpoint.name, MODEL_PATH=str(qwen3_moe_source), EXPORT_STRICT="true")
+    out = tmp_path / "hf"
+    assert main(["export", "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)  # stdout is the report alone: the bridge's prints go to stderr
+    assert report["status"] == "complete" and report["reference"] == str(qwen3_moe_source)
+    exported, source = tensors_of(out), tensors_of(qwen3_moe_source)
+    assert torch.equal(exported[FINAL_NORM], source[FINAL_NORM] + 1.0)  # step 7's weights, not MODEL_PATH's
+
+
+def test_the_export_command_without_a_checkpoint_exits_2_naming_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recipe.cli import main
+
+    _settings_env(monkeypatch, CHECKPOINT_DIR=str(tmp_path), PROJECT_NAME="p", EXPERIMENT_NAME="e",
+                  MODEL_PATH=str(tmp_path / "model"))
+    assert main(["export", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: {tmp_path / 'p' / 'e'}: no finished verl checkpoint (global_step_N/actor/ckpt_contents.json) found"]
+    assert not (tmp_path / "out").exists()

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="Megatron-Bridge CPU tests need torch")
+from tests.support.needs import TRAINER_EXTRA, needs
 
-from recipe.export.hf_check import verify_export
+torch = needs("torch", install=TRAINER_EXTRA)
+
+from recipe.export.hf_check import verify_export  # noqa: E402
 
 NORM = "model.layers.1.post_attention_layernorm.weight"
 EXPERT = "model.layers.0.mlp.experts.1.up_proj.weight"

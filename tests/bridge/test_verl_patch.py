@@ -16,22 +16,13 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="Megatron-Bridge CPU tests need torch")
+from tests.support.needs import TRAINER_EXTRA, needs
+from tests.support.tiny_qwen35 import tiny_qwen35_config
 
-pytest.importorskip("verl", reason="the guard patches verl (install verl==0.9.1, see docs/export.md)")
+torch = needs("torch", install=TRAINER_EXTRA)
+needs("verl", install=f"{TRAINER_EXTRA}: the guard patches verl (docs/export.md)")
 
-from recipe.export import verl_patch
-
-TINY_TEXT = dict(
-    vocab_size=128, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-    head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-    shared_expert_intermediate_size=16, linear_num_key_heads=2, linear_num_value_heads=4,
-    linear_key_head_dim=8, linear_value_head_dim=8, full_attention_interval=4, max_position_embeddings=64,
-)  # fmt: skip
-TINY_VISION = dict(
-    depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
-    patch_size=4, temporal_patch_size=2, spatial_merge_size=2,
-)  # fmt: skip
+from recipe.export import verl_patch  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +36,8 @@ def qwen35_provider() -> Any:
     """Megatron-Bridge's Qwen3.5 provider, finalized the way verl's Megatron engine does it."""
     from megatron.bridge import AutoBridge
     from megatron.core.transformer.enums import AttnBackend
-    from transformers.models.qwen3_5_moe import Qwen3_5MoeConfig
 
-    config = Qwen3_5MoeConfig(text_config=TINY_TEXT, vision_config=TINY_VISION)
-    config.architectures = ["Qwen3_5MoeForConditionalGeneration"]
-    provider = AutoBridge.from_hf_config(config).to_megatron_provider(load_weights=False)
+    provider = AutoBridge.from_hf_config(tiny_qwen35_config()).to_megatron_provider(load_weights=False)
     overrides = {
         "tensor_model_parallel_size": 1,
         "pipeline_model_parallel_size": 1,
@@ -155,8 +143,8 @@ def test_guard_applies_on_import_without_importing_megatron(tmp_path: Path) -> N
     """In a fresh process: install() imports neither verl's module nor megatron; the import patches."""
     script = f"""
 import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-import conftest  # the test-only import shims
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+import tests.bridge.conftest  # the test-only import shims
 from recipe.export import verl_patch
 assert verl_patch.install() is True
 assert "megatron.core" not in sys.modules and verl_patch.TARGET_MODULE not in sys.modules

@@ -1,4 +1,8 @@
-"""Shared helpers for the deployment checks: where the repo and the tools are."""
+"""Shared helpers for the deployment checks: where the repo and the tools are.
+
+Under CI=true a skip here is a failure (tests/support/skip_policy.py): a missing tool is a
+missing install step.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+
+from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.needs import needs
 import yaml
 
 from .conftest import REPO, run
@@ -87,7 +89,7 @@ def _strict(schema: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def rayjob_validator() -> Any:
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = needs("jsonschema", install="pip install -e '.[test]'")
     path = _crd_path()
     if not path.is_file():
         pytest.skip(f"KubeRay's RayJob CRD is not at {path} (shared/schemas/{CRD_NAME}); "
@@ -111,7 +113,7 @@ def _core_problems(doc: dict[str, Any]) -> str | None:
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
 def test_core_kinds_validate_strictly(rendered: dict[str, list[dict[str, Any]]], overlay: str) -> None:
-    pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate==1.37.0")
+    needs("kubernetes_validate", install="pip install kubernetes-validate==1.37.0")
     docs = rendered[overlay]
     core = [d for d in docs if d["apiVersion"] in ("v1", "batch/v1")]
     assert {d["kind"] for d in docs} - {d["kind"] for d in core} <= {"RayJob"}
@@ -129,7 +131,7 @@ def test_rayjob_matches_kuberay_crd(rendered: dict[str, list[dict[str, Any]]], r
 
 
 def test_broken_core_manifest_fails(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate==1.37.0")
+    needs("kubernetes_validate", install="pip install kubernetes-validate==1.37.0")
     job = copy.deepcopy(_one(rendered["gpu"], "Job"))
     job["spec"]["template"]["spec"]["containers"][0]["resources"]["limitz"] = {"cpu": 1}
     assert _core_problems(job) is not None, "an unknown field passed --strict"
@@ -262,7 +264,7 @@ def test_npu_resource_name_lives_in_one_place(kubectl_bin: str, tmp_path: Path) 
 
 def test_settings_env_names_real_settings() -> None:
     """A misspelt name in k8s/base/settings.env would be ignored silently by the recipe."""
-    settings = pytest.importorskip("recipe.settings")
+    from recipe import settings
     known = {n.upper() for n in settings.Settings.model_fields} | {"HF_ENDPOINT", "HF_HUB_OFFLINE"}
     text = (K8S / "base" / "settings.env").read_text()
     names = re.findall(r"^#?([A-Z][A-Z0-9_]*)=", text, flags=re.MULTILINE)

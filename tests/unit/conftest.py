@@ -1,4 +1,4 @@
-"""Shared fixtures for the unit tests."""
+"""Shared fixtures for the unit tests, and CI's rule that a skip here is a failure (tests/support/skip_policy.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ from typing import Iterator
 
 import pytest
 
+from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
+
 from .envtools import clear_settings
+from .raytools import ray_env, short_tmp  # noqa: F401  (fixtures of the Ray tests)
 
 
 @pytest.fixture

@@ -22,6 +22,10 @@ def clear_settings(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
+def settings_of(**values: object) -> Settings:
+    """Settings from these values alone (names as in the environment, any case), not from os.environ."""
+    return Settings.model_validate({k.lower(): v for k, v in values.items()})
+
 
 def entrypoint_env(**settings: str) -> dict[str, str]:
     """A subprocess environment with only the given recipe settings (and what Python needs)."""

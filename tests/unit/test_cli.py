@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +46,13 @@ def test_plan_for_people_names_device_layout_and_command() -> None:
     assert "device   gpu (setting: DEVICE=gpu was set)" in done.stdout
     assert "TP=2 PP=1 CP=1 EP=8 ETP=1 GEN_TP=8 DP=4" in done.stdout
     assert "-m verl.trainer.main_ppo" in done.stdout
+
+
+def test_plan_on_npu_uses_upstreams_npu_layout() -> None:
+    """Upstream's npu launch: TP2 PP2 CP1 EP8 ETP1 GEN_TP8 on 16 NPUs (8 A3 cards of 2 dies)."""
+    done = _run("plan", DEVICE="npu")
+    assert done.returncode == 0, done.stderr
+    assert "TP=2 PP=2 CP=1 EP=8 ETP=1 GEN_TP=8 DP=4 on 1 node(s) x 16 = 16 devices" in done.stdout
 
 
 def test_plan_imports_no_torch_ray_or_verl() -> None:

@@ -9,15 +9,12 @@ from recipe.errors import RecipeConfigError
 from recipe.launch import build_overrides, hydra_value, merge_user_overrides, runtime_environment, trainer_argv
 from recipe.layout import resolve_layout
 from recipe.models import QWEN3_5_35B_A3B
-from recipe.settings import SecretStr, Settings
 
-
-def _settings(**values: object) -> Settings:
-    return Settings.model_validate({k.lower(): v for k, v in values.items()})
+from .envtools import settings_of
 
 
 def _overrides(device: str = "gpu", environ: dict[str, str] | None = None, **values: object) -> dict[str, str]:
-    settings = _settings(**values)
+    settings = settings_of(**values)
     layout = resolve_layout(settings, device, QWEN3_5_35B_A3B)  # type: ignore[arg-type]
     env = runtime_environment(settings, device, decide_allocator(settings, device, environ or {}), environ or {})  # type: ignore[arg-type]
     return {f"{o.prefix}{o.key}": o.value for o in build_overrides(settings, device, layout, env)}  # type: ignore[arg-type]
@@ -98,7 +95,7 @@ def test_several_nodes_attach_to_the_running_cluster() -> None:
 
 
 def _built(**values: object):  # type: ignore[no-untyped-def]
-    settings = _settings(**values)
+    settings = settings_of(**values)
     layout = resolve_layout(settings, "gpu", QWEN3_5_35B_A3B)
     env = runtime_environment(settings, "gpu", decide_allocator(settings, "gpu", {}), {})
     return build_overrides(settings, "gpu", layout, env)

@@ -3,39 +3,56 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from recipe.errors import RecipeConfigError
-from recipe.layout import DEVICE_DEFAULTS, resolve_layout
+from recipe.layout import resolve_layout
 from recipe.models import QWEN3_5_35B_A3B, architecture_from_config, load_architecture
-from recipe.settings import Settings
 
-
-def _settings(**values: object) -> Settings:
-    return Settings.model_validate({k.lower(): v for k, v in values.items()})
+from .envtools import REPO, settings_of
 
 
 def _problems(device: str = "gpu", **values: object) -> list[str]:
     with pytest.raises(RecipeConfigError) as caught:
-        resolve_layout(_settings(**values), device, QWEN3_5_35B_A3B)  # type: ignore[arg-type]
+        resolve_layout(settings_of(**values), device, QWEN3_5_35B_A3B)  # type: ignore[arg-type]
     return caught.value.problems
+
+
+#: Upstream's reference launch (verl examples/grpo_trainer/run_qwen3_5_35b_megatron.sh), as the
+#: README's settings table gives it: written out here, never read from recipe.layout's own table.
+UPSTREAM_DEFAULTS = {
+    #       TP PP CP EP ETP GEN_TP, devices per node
+    "gpu": ((2, 1, 1, 8, 1, 8), 8),
+    "npu": ((2, 2, 1, 8, 1, 8), 16),
+}
 
 
 @pytest.mark.parametrize("device", ["gpu", "npu"])
 def test_upstream_defaults_fill_unset_values(device: str) -> None:
-    layout = resolve_layout(_settings(), device, QWEN3_5_35B_A3B)  # type: ignore[arg-type]
-    expected = DEVICE_DEFAULTS[device]  # type: ignore[index]
-    assert (layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, layout.gen_tp) == tuple(
-        expected[k] for k in ("TP", "PP", "CP", "EP", "ETP", "GEN_TP")
-    )
-    assert layout.ndevices_per_node == {"gpu": 8, "npu": 16}[device]
+    layout = resolve_layout(settings_of(), device, QWEN3_5_35B_A3B)  # type: ignore[arg-type]
+    sizes, per_node = UPSTREAM_DEFAULTS[device]
+    assert (layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, layout.gen_tp) == sizes
+    assert layout.ndevices_per_node == per_node
     assert all(source == f"default for {device}" for name, source in layout.sources.items() if name != "NNODES")
 
 
+def test_the_readme_table_gives_the_same_defaults() -> None:
+    """README's settings table is what users read: its TP/PP/CP/EP/ETP/GEN_TP rows say the same numbers."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(TP|PP|CP|EP|ETP|GEN_TP)` \| ([^|]+) \|", readme, flags=re.MULTILINE))
+    assert sorted(rows) == sorted(["TP", "PP", "CP", "EP", "ETP", "GEN_TP"]), rows
+    for device, (sizes, _) in UPSTREAM_DEFAULTS.items():
+        for name, value in zip(["TP", "PP", "CP", "EP", "ETP", "GEN_TP"], sizes):
+            cell = rows[name].strip()
+            per_device = dict(re.findall(r"(gpu|npu) (\d+)", cell))
+            assert int(per_device.get(device, cell)) == value, f"README's {name} row {cell!r} for {device}"
+
+
 def test_a_user_value_is_kept_and_marked() -> None:
-    layout = resolve_layout(_settings(TP=4, PP=2), "npu", QWEN3_5_35B_A3B)
+    layout = resolve_layout(settings_of(TP=4, PP=2), "npu", QWEN3_5_35B_A3B)
     assert (layout.tp, layout.pp, layout.dp) == (4, 2, 2)
     assert layout.sources["TP"] == "environment" and layout.sources["EP"] == "default for npu"
 
@@ -49,7 +66,7 @@ def test_kv_heads_must_be_a_multiple_or_divisor_of_tp() -> None:
         {"num_hidden_layers": 4, "num_attention_heads": 12, "num_key_value_heads": 4, "num_experts": 8,
          "moe_intermediate_size": 64}, "m")
     with pytest.raises(RecipeConfigError) as caught:
-        resolve_layout(_settings(TP=6, EP=1, GEN_TP=6, NDEVICES_PER_NODE=6), "gpu", model)
+        resolve_layout(settings_of(TP=6, EP=1, GEN_TP=6, NDEVICES_PER_NODE=6), "gpu", model)
     assert caught.value.problems == ["TP=6: must be a multiple or a divisor of the model's 4 KV heads (query groups)"]
 
 
@@ -92,7 +109,7 @@ def test_fixed_batches_over_data_parallel_on_gpu_only() -> None:
     problems = _problems(NNODES=3, MASTER_ADDR="10.0.0.1", NODE_RANK=0)
     assert any(p.startswith("TRAIN_BATCH_SIZE=32, ROLLOUT_N=5: their product 160 must be divisible by the data-parallel size 12") for p in problems)
     # npu batches by tokens (use_dynamic_bsz), where verl pads instead.
-    resolve_layout(_settings(NNODES=3, MASTER_ADDR="10.0.0.1", NDEVICES_PER_NODE=8, PP=1), "npu", QWEN3_5_35B_A3B)
+    resolve_layout(settings_of(NNODES=3, MASTER_ADDR="10.0.0.1", NDEVICES_PER_NODE=8, PP=1), "npu", QWEN3_5_35B_A3B)
 
 
 def test_several_nodes_need_an_address_and_a_rank_below_nnodes() -> None:
@@ -116,7 +133,7 @@ def test_architecture_is_read_from_the_vlm_config(tmp_path: Path) -> None:
     assert (source.architecture.num_layers, source.architecture.linear_key_heads) == (8, 4)
     # The same layout now breaks rules of this smaller model.
     with pytest.raises(RecipeConfigError) as caught:
-        resolve_layout(_settings(PP=16, NDEVICES_PER_NODE=32, EP=32), "gpu", source.architecture)
+        resolve_layout(settings_of(PP=16, NDEVICES_PER_NODE=32, EP=32), "gpu", source.architecture)
     assert "PP=16: must divide the model's 8 layers" in caught.value.problems
     assert "EP=32: must divide the model's 16 experts" in caught.value.problems
 

@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 
+from tests.support.needs import needs
+
 from .envtools import clear_settings
 from recipe.plan import build_plan
 from recipe.settings import load_settings
 
-verl = pytest.importorskip("verl", reason="needs the trainer extra: pip install -e '.[trainer]' (CI installs it)")
+verl = needs("verl", install="needs the trainer extra: pip install -e '.[trainer]' (CI installs it)")
 pytestmark = pytest.mark.verl
 
 from hydra import compose, initialize_config_dir  # noqa: E402

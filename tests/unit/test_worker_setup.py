@@ -1,20 +1,23 @@
-"""The Ray worker hook applies the allocator decision to verl's own run-time switch."""
+"""The Ray worker hook applies the allocator decision to verl's own run-time switch, and installs the JSON-safe writer."""
 
 from __future__ import annotations
 
 import logging
-import shutil
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
-pytest.importorskip("verl", reason="needs the trainer extra: pip install -e '.[trainer]' (CI installs it)")
+from tests.support.needs import MEGATRON_BRIDGE, TEST_EXTRA, TRAINER_EXTRA, needs
+
+needs("verl", install=TRAINER_EXTRA)
 pytestmark = pytest.mark.verl
 
 import torch  # noqa: E402
 import verl.utils.device as verl_device  # noqa: E402
 
 from recipe import worker_setup  # noqa: E402
+
+from .raytools import HEAD_IP, RAY_TEST_TIMEOUT_S, prepare_ray_env, ray_nodes, short_temp_dir  # noqa: E402
 
 
 @pytest.fixture
@@ -76,32 +79,80 @@ def test_missing_torch_npu_is_named() -> None:
     assert worker_setup.runtime_switch_unsupported("npu") == "torch_npu is not installed"
 
 
-def test_ray_runs_the_hook_in_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With Ray for real: the runtime_env the plan passes to ray.init reaches verl in a worker."""
-    import tempfile
+@pytest.fixture(scope="module")
+def hooked_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Ray cluster of one node (raytools), joined with the runtime_env the plan passes to ray.init.
 
-    ray = pytest.importorskip("ray")
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    # Ray's socket paths must stay under 108 bytes: pytest's tmp_path is too deep.
-    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    ray.init(
-        num_cpus=1,
-        include_dashboard=False,
-        _temp_dir=temp_dir,
-        runtime_env={
-            "worker_process_setup_hook": "recipe.worker_setup.configure_worker",
-            "env_vars": {"RECIPE_EXPANDABLE_SEGMENTS": "0", "RECIPE_DEVICE": "gpu"},
-        },
-    )
-    try:
+    EXPANDABLE_SEGMENTS=false as recipe.allocator decides it (RECIPE_EXPANDABLE_SEGMENTS=0), on gpu.
+    """
+    ray = needs("ray", install=TEST_EXTRA)
+    logs = tmp_path_factory.mktemp("ray-logs")
+    with pytest.MonkeyPatch.context() as patch, short_temp_dir() as short:
+        env = prepare_ray_env(patch)
+        with ray_nodes(short, logs, env, with_worker=False) as address:
+            ray.init(
+                address=address,
+                _node_ip_address=HEAD_IP,
+                log_to_driver=False,
+                runtime_env={
+                    "worker_process_setup_hook": "recipe.worker_setup.configure_worker",
+                    "env_vars": {"RECIPE_EXPANDABLE_SEGMENTS": "0", "RECIPE_DEVICE": "gpu"},
+                },
+            )
+            try:
+                yield ray
+            finally:
+                ray.shutdown()
 
-        @ray.remote
-        def switch_in_worker() -> bool:
-            import verl.utils.device
 
-            return hasattr(verl.utils.device.set_expandable_segments, "__wrapped__")
+def test_in_a_ray_worker_the_switch_is_a_no_op_when_disabled(hooked_ray: Any) -> None:
+    """What verl's workers call around weight sync does nothing, while verl's own switch would act."""
 
-        assert ray.get(switch_in_worker.remote(), timeout=120) is True
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    @hooked_ray.remote
+    def switch_in_worker() -> tuple[list[str], list[str]]:
+        import torch
+        import verl.utils.device as device
+        from verl.plugin.platform.platform_cuda import PlatformCUDA
+
+        calls: list[str] = []
+        torch.cuda.memory._set_allocator_settings = calls.append  # no GPU here: record what verl asks
+        device.get_platform = lambda: PlatformCUDA()  # as on a GPU node
+        device.set_expandable_segments(True)  # the function verl's workers call
+        guarded = list(calls)
+        getattr(device.set_expandable_segments, "__wrapped__", lambda enable: None)(True)  # verl's own
+        return guarded, calls[len(guarded):]
+
+    guarded, unguarded = hooked_ray.get(switch_in_worker.remote(), timeout=RAY_TEST_TIMEOUT_S)
+    assert guarded == []
+    assert unguarded == ["expandable_segments:True"]  # the recording works: verl's switch would have acted
+
+
+def test_in_a_ray_worker_the_json_safe_writer_is_installed(hooked_ray: Any) -> None:
+    """verl's transformer_config.json write, in a worker: a value verl 0.9.1's own writer raises on is written."""
+    needs("megatron.core", install=f"{MEGATRON_BRIDGE}: verl's checkpoint manager imports it")
+
+    @hooked_ray.remote
+    def save_in_worker() -> dict[str, Any]:
+        import dataclasses
+        import json
+        import tempfile
+
+        import numpy as np
+        import verl.utils.checkpoint.megatron_checkpoint_manager as manager_module
+
+        # A dataclass like Megatron's TransformerConfig (made without string annotations: this
+        # test module is not importable in the worker). verl 0.9.1's json.dump raises "Circular
+        # reference detected" on the numpy complex value.
+        config = dataclasses.make_dataclass(
+            "Config",
+            [("num_layers", int, 4), ("moe_aux_loss_coeff", object, dataclasses.field(default=np.complex128(0.01)))],
+        )()
+        manager = object.__new__(manager_module.MegatronCheckpointManager)
+        manager.rank, manager.transformer_config = 0, config
+        directory = tempfile.mkdtemp()
+        manager._save_transformer_config(directory)
+        with open(f"{directory}/transformer_config.json") as written:
+            return json.load(written)
+
+    written = hooked_ray.get(save_in_worker.remote(), timeout=RAY_TEST_TIMEOUT_S)
+    assert written == {"num_layers": 4, "moe_aux_loss_coeff": "(0.01+0j)"}

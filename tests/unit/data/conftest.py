@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support.needs import needs
+
 if TYPE_CHECKING:  # imported where used, so the pure tests here run without them
     import datasets
     from PIL import Image as PILImage
@@ -94,8 +96,8 @@ def gsm8k_dataset_dict() -> datasets.DatasetDict:
 @pytest.fixture
 def needs_datasets() -> None:
     """Skip (with the reason) where Hugging Face datasets or pillow is not installed."""
-    pytest.importorskip("datasets", reason="data preparation needs Hugging Face datasets (the trainer extra)")
-    pytest.importorskip("PIL", reason="geo3k images need pillow (the trainer extra)")
+    needs("datasets", install="data preparation needs Hugging Face datasets (the trainer extra)")
+    needs("PIL", install="geo3k images need pillow (the trainer extra)")
 
 
 @pytest.fixture

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import http.server
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -105,15 +108,61 @@ def test_sigterm_mid_write_exits_143_and_leaves_no_file(
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-def test_hub_unreachable_offline_exits_1_without_printing_secrets(tmp_path: Path, needs_datasets: None) -> None:
-    """The real hub path of `datasets`, offline with an empty cache: a clean error, no token, no endpoint."""
-    token, endpoint = "hf_NotARealToken0123456789", "http://127.0.0.1:9/private-mirror"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+class _EchoingHub(http.server.BaseHTTPRequestHandler):
+    """A hub mirror that hands the caller's token back: a relative redirect to a URL holding it, then 401.
+
+    huggingface_hub follows the redirect and raises with that URL in the first line of its
+    message, so the token (and the endpoint) reach the text prepare-data prints, unless the
+    recipe removes them. Every request is recorded, to show the token was really sent.
+    """
+
+    requests: list[tuple[str, str, str]] = []
+
+    def _reply(self) -> None:
+        auth = self.headers.get("Authorization", "")
+        self.requests.append((self.command, self.path, auth))
+        token = auth.removeprefix("Bearer ")
+        if token and "/echo/" not in self.path:
+            self.send_response(307)
+            self.send_header("Location", f"/private-mirror/echo/{token}{self.path.removeprefix('/private-mirror')}")
+        else:
+            self.send_response(401)
+            self.send_header("X-Error-Message", f"token {auth} refused")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = _reply
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def echoing_hub() -> Iterator[tuple[str, list[tuple[str, str, str]]]]:
+    """The hub stand-in on a free loopback port: (HF_ENDPOINT, the requests it received)."""
+    handler = type("Hub", (_EchoingHub,), {"requests": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/private-mirror", handler.requests
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_hub_error_never_prints_the_token_or_the_endpoint(
+    tmp_path: Path, needs_datasets: None, echoing_hub: tuple[str, list[tuple[str, str, str]]]
+) -> None:
+    """The real hub path of `datasets`, against a mirror that echoes the token: a clean error, nothing leaked."""
+    endpoint, requests = echoing_hub
+    token = "hf_NotARealToken0123456789"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING")) and "proxy" not in k.lower()}
     env |= {
         "HF_HOME": str(tmp_path / "hf-home"),
-        "HF_HUB_OFFLINE": "1",
         "HF_TOKEN": token,
         "HF_ENDPOINT": endpoint,
+        "NO_PROXY": "127.0.0.1,localhost",
         "PYTHONPATH": str(REPO),
     }
     script = textwrap.dedent(
@@ -129,8 +178,16 @@ def test_hub_unreachable_offline_exits_1_without_printing_secrets(tmp_path: Path
     result = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=False
     )
+    # The token was really used: the hub saw it, and handed it back.
+    assert ("HEAD", f"/private-mirror/echo/{token}/datasets/hiyouga/geometry3k/resolve/main/README.md",
+            f"Bearer {token}") in requests, requests
     assert result.returncode == 1, result.stderr
     assert result.stdout == ""
     assert "prepare-data: geo3k: cannot load hiyouga/geometry3k from the Hugging Face hub (" in result.stderr
+    assert "401" in result.stderr  # the error is the hub's answer, not an offline shortcut
     assert token not in result.stderr and endpoint not in result.stderr
+    assert "127.0.0.1" not in result.stderr
     assert not (tmp_path / "data" / "geo3k").exists()
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-verl = pytest.importorskip("verl", reason="needs the trainer extra: pip install -e '.[trainer]' (CI installs it)")
+from tests.support.needs import needs
+
+verl = needs("verl", install="needs the trainer extra: pip install -e '.[trainer]' (CI installs it)")
 pytestmark = pytest.mark.verl
 
 from recipe.data import PreparedData, prepare_dataset  # noqa: E402
@@ -129,7 +131,7 @@ def _rows(prepared: PreparedData, split: str) -> list[dict[str, Any]]:
 
 
 def test_verls_geo3k_reward_scores_right_and_wrong_answers(geo3k: PreparedData) -> None:
-    pytest.importorskip("mathruler", reason="verl's geo3k reward needs mathruler (verl's verl-core extra)")
+    needs("mathruler", install="verl's geo3k reward needs mathruler (verl's verl-core extra)")
     from verl.utils.reward_score import default_compute_score
 
     for row in _rows(geo3k, "train") + _rows(geo3k, "test"):

@@ -10,53 +10,20 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the export check needs torch (install the trainer extra)")
-transformers = pytest.importorskip("transformers", reason="the export check needs transformers")
-from safetensors.torch import load_file, save_file
+from tests.support.needs import TRAINER_EXTRA, needs
+from tests.support.tiny_qwen35 import load_all, tiny_qwen35_config
 
-#: Same shape rules as Qwen3.5-35B-A3B, scaled down: every 4th layer full attention,
-#: Gated DeltaNet otherwise, routed + shared experts, a vision tower.
-TINY_TEXT = dict(
-    vocab_size=128,
-    hidden_size=32,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    num_experts=4,
-    num_experts_per_tok=2,
-    moe_intermediate_size=16,
-    shared_expert_intermediate_size=16,
-    linear_num_key_heads=2,
-    linear_num_value_heads=4,
-    linear_key_head_dim=8,
-    linear_value_head_dim=8,
-    full_attention_interval=4,
-    max_position_embeddings=64,
-)
-TINY_VISION = dict(
-    depth=1,
-    hidden_size=16,
-    intermediate_size=32,
-    num_heads=2,
-    out_hidden_size=32,
-    patch_size=4,
-    temporal_patch_size=2,
-    spatial_merge_size=2,
-)
+torch = needs("torch", install=f"{TRAINER_EXTRA}: the export check needs torch")
+transformers = needs("transformers", install=f"{TRAINER_EXTRA}: the export check needs transformers")
+from safetensors.torch import save_file  # noqa: E402
 
 
 def tiny_qwen35_moe(tie_word_embeddings: bool = False):
     """A randomly initialised Qwen3_5MoeForConditionalGeneration with about 30k parameters."""
-    from transformers.models.qwen3_5_moe import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+    from transformers.models.qwen3_5_moe import Qwen3_5MoeForConditionalGeneration
 
-    config = Qwen3_5MoeConfig(
-        text_config=dict(TINY_TEXT, tie_word_embeddings=tie_word_embeddings),
-        vision_config=TINY_VISION,
-        tie_word_embeddings=tie_word_embeddings,
-    )
     torch.manual_seed(0)
-    return Qwen3_5MoeForConditionalGeneration(config)
+    return Qwen3_5MoeForConditionalGeneration(tiny_qwen35_config(tie_word_embeddings))
 
 
 @pytest.fixture(scope="session")
@@ -74,14 +41,6 @@ def qwen35_copy(qwen35_saved: Path, tmp_path: Path) -> Path:
     target = tmp_path / "export"
     shutil.copytree(qwen35_saved, target)
     return target
-
-
-def load_all(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of an HF checkpoint directory (tiny models only)."""
-    tensors: dict[str, torch.Tensor] = {}
-    for shard in sorted(directory.glob("*.safetensors")):
-        tensors.update(load_file(shard))
-    return tensors
 
 
 def rewrite(directory: Path, change: Callable[[dict[str, torch.Tensor]], None]) -> None:

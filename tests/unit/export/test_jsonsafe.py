@@ -12,6 +12,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+
+from tests.support.needs import TRAINER_EXTRA, needs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -93,8 +95,8 @@ def test_plain_values_pass_through() -> None:
 
 
 def test_rules() -> None:
-    torch = pytest.importorskip("torch", reason="torch dtype rule")
-    np = pytest.importorskip("numpy", reason="numpy rule")
+    torch = needs("torch", install=TRAINER_EXTRA)
+    np = needs("numpy", install=TRAINER_EXTRA)
     value = {
         "enum": Color.RED,
         "intenum": Level.HIGH,
@@ -197,8 +199,8 @@ def test_dump_to_path_is_atomic_and_to_stream(tmp_path: Path) -> None:
 
 
 def _odd_leaves() -> st.SearchStrategy[Any]:
-    np = pytest.importorskip("numpy", reason="numpy leaves")
-    torch = pytest.importorskip("torch", reason="torch leaves")
+    np = needs("numpy", install=TRAINER_EXTRA)
+    torch = needs("torch", install=TRAINER_EXTRA)
     return st.one_of(
         st.none(),
         st.booleans(),

@@ -5,8 +5,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from recipe.cli import resume_problem
 from recipe.plan import build_plan
 from recipe.settings import Settings

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.needs import needs
+
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
@@ -46,7 +48,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 @pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One smoke build for the whole session, made with the network blocked (only while it builds)."""
-    pytest.importorskip("transformers", reason="building the smoke model needs torch and transformers")
+    needs("transformers", install="building the smoke model needs torch and transformers")
     from recipe.smoke import prepare_smoke_assets
 
     root = tmp_path_factory.mktemp("smoke") / "assets"

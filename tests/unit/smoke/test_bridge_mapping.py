@@ -7,42 +7,30 @@ DeltaNet layer spec needs Transformer Engine, which a CPU machine does not have.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from recipe.smoke import SmokeAssets
-
-
-def _bridge_importable() -> bool:
-    try:
-        return importlib.util.find_spec("megatron.bridge") is not None
-    except (ImportError, ValueError):
-        return False
+from tests.support.needs import MEGATRON_BRIDGE, installed
 
 
 pytestmark = pytest.mark.skipif(
-    not _bridge_importable(), reason="needs Megatron-Bridge (in the images; on CPU see docs/export.md)"
+    not installed("megatron.bridge"),
+    reason=f"megatron.bridge is not installed (in the images; on CPU: {MEGATRON_BRIDGE})",
 )
-
-_SHIMS = Path(__file__).resolve().parents[2] / "bridge" / "conftest.py"
 
 
 @pytest.fixture(scope="module")
 def auto_bridge() -> Any:
     """Megatron-Bridge's AutoBridge, after the CPU import shims of tests/bridge where Python needs them."""
-    import sys
     import typing
 
     if not hasattr(typing, "override") or importlib.util.find_spec("transformer_engine") is None:
-        spec = importlib.util.spec_from_file_location("_smoke_bridge_shims", _SHIMS)
-        assert spec is not None and spec.loader is not None, _SHIMS
-        shims = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = shims
-        spec.loader.exec_module(shims)
+        importlib.import_module("tests.bridge.conftest").install_shims()
     from megatron.bridge import AutoBridge
 
     return AutoBridge

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.needs import needs
+
 from recipe.smoke import SmokeAssets
 from recipe.data.specs import GSM8K_INSTRUCTION as INSTRUCTION
 from recipe.data.specs import SPECS
@@ -16,7 +18,7 @@ from recipe.smoke.profile import SMOKE_MAX_PROMPT_LENGTH
 
 DATA_SOURCE = SPECS["gsm8k"].hub_id
 
-pa = pytest.importorskip("pyarrow", reason="needs pyarrow (the trainer extra)")
+pa = needs("pyarrow", install="needs pyarrow (the trainer extra)")
 import pyarrow.parquet as pq  # noqa: E402
 
 _QUESTION = re.compile(r"^What is (\d+) ([-+*]) (\d+)\?$")
@@ -66,7 +68,7 @@ def test_train_and_validation_questions_do_not_overlap(built: SmokeAssets) -> No
     assert not questions(built.train_file) & questions(built.val_file)
 
 
-verl = pytest.importorskip("verl", reason="needs the trainer extra: pip install -e '.[trainer]' (CI installs it)")
+verl = needs("verl", install="needs the trainer extra: pip install -e '.[trainer]' (CI installs it)")
 
 
 @pytest.fixture

@@ -7,13 +7,15 @@ from typing import Any
 
 import pytest
 
+from tests.support.needs import needs
+
 from recipe.smoke import shipped_model_dir
 from recipe.smoke.tokenizer import token_id
 
 CONFIG = json.loads((shipped_model_dir() / "config.json").read_text(encoding="utf-8"))
 TEXT, VISION = CONFIG["text_config"], CONFIG["vision_config"]
 
-transformers = pytest.importorskip("transformers", reason="needs torch and transformers (the trainer extra)")
+transformers = needs("transformers", install="needs torch and transformers (the trainer extra)")
 
 
 @pytest.fixture(scope="module")

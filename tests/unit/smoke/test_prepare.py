@@ -10,13 +10,15 @@ from typing import Any
 
 import pytest
 
+from tests.support.needs import needs
+
 from recipe.errors import RecipeConfigError
 from recipe.smoke import SmokeAssets, shipped_model_dir
 from recipe.smoke.prepare import MANIFEST, TEST_ROWS, TRAIN_ROWS
 
 from .conftest import NetworkUsed, block_network
 
-transformers = pytest.importorskip("transformers", reason="needs torch and transformers (the trainer extra)")
+transformers = needs("transformers", install="needs torch and transformers (the trainer extra)")
 
 
 def _sha(path: Path) -> str:
@@ -86,7 +88,7 @@ def test_the_tokenizer_loads_offline_from_the_directory(built: SmokeAssets, offl
 
 
 def test_verl_loads_the_tokenizer(built: SmokeAssets, offline: pytest.MonkeyPatch) -> None:
-    verl_tokenizer = pytest.importorskip("verl.utils.tokenizer", reason="needs verl (the trainer extra)")
+    verl_tokenizer = needs("verl.utils.tokenizer", install="needs verl (the trainer extra)")
     tokenizer = verl_tokenizer.hf_tokenizer(str(built.model_path))
     assert tokenizer.pad_token_id == 256 and tokenizer.eos_token_id == 258
 
@@ -118,9 +120,11 @@ def _torchvision_works() -> bool:
     return True
 
 
+# torchvision is in the images, not in the trainer or test extra that CI installs.
+@pytest.mark.ci_may_skip("torchvision is not part of the CI install (the images carry it)")
 @pytest.mark.skipif(not _torchvision_works(), reason="Qwen3VLProcessor's video half needs torchvision (in the images)")
 def test_the_full_processor_loads_like_verl_loads_it(built: SmokeAssets, offline: pytest.MonkeyPatch) -> None:
-    verl_tokenizer = pytest.importorskip("verl.utils.tokenizer", reason="needs verl (the trainer extra)")
+    verl_tokenizer = needs("verl.utils.tokenizer", install="needs verl (the trainer extra)")
     processor = verl_tokenizer.hf_processor(str(built.model_path))
     assert type(processor).__name__ == "Qwen3VLProcessor"
     assert hasattr(processor, "get_rope_index")

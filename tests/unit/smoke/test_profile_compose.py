@@ -1,17 +1,19 @@
-"""The smoke profile's settings and overrides, on top of the recipe's plan, compose against verl 0.9.1."""
+"""PROFILE=smoke through build_plan: its settings and overrides, in the recipe's plan, compose against verl 0.9.1."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from recipe.launch import build_overrides, merge_user_overrides
+from tests.support.needs import needs
+
 from recipe.plan import build_plan
 from recipe.settings import Settings, load_settings
 from recipe.smoke import SMOKE_DEFAULTS, SMOKE_STEPS, SmokeAssets, smoke_overrides
-from recipe.smoke.profile import SMOKE_MAX_PROMPT_LENGTH, SMOKE_MAX_RESPONSE_LENGTH
+from recipe.smoke.profile import SMOKE_ASSETS_DIRNAME
 
 from ..envtools import clear_settings
 
@@ -31,50 +33,45 @@ def test_overrides_are_plain_keys_set_once() -> None:
     assert len(keys) == len(set(keys))
 
 
-verl = pytest.importorskip("verl", reason="needs the trainer extra: pip install -e '.[trainer]' (CI installs it)")
+verl = needs("verl", install="needs the trainer extra: pip install -e '.[trainer]' (CI installs it)")
 pytestmark = pytest.mark.verl
 
 from ..test_verl_compose import check_like_verl, compose_trainer_config  # noqa: E402
 
 
-def smoke_plan(monkeypatch: pytest.MonkeyPatch, device: str, assets: SmokeAssets, **extra: str) -> Any:
-    """The recipe's plan with the smoke defaults and paths set as a user would set them."""
+def smoke_plan(monkeypatch: pytest.MonkeyPatch, device: str, assets: SmokeAssets, tmp_path: Path) -> Any:
+    """The plan of `PROFILE=smoke DEVICE=<device>` and nothing else, as a user starts it.
+
+    CHECKPOINT_DIR/smoke-assets is the session's one build (a link), so the profile's own
+    defaults point at a built model and data.
+    """
     clear_settings(monkeypatch)
-    env = {
-        name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in SMOKE_DEFAULTS.items()
-    }
-    env |= {
-        "DEVICE": device,
-        "MODEL_PATH": str(assets.model_path),
-        "TRAIN_FILES": str(assets.train_file),
-        "VAL_FILES": str(assets.val_file),
-        "CHECKPOINT_DIR": str(assets.root.parent / "checkpoints"),
-        **extra,
-    }
-    for name, value in env.items():
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / SMOKE_ASSETS_DIRNAME).symlink_to(assets.root, target_is_directory=True)
+    for name, value in {"PROFILE": "smoke", "DEVICE": device, "CHECKPOINT_DIR": str(checkpoints)}.items():
         monkeypatch.setenv(name, value)
     return build_plan(load_settings(), os.environ)
 
 
 @pytest.mark.parametrize("device", ["gpu", "npu"])
 def test_the_smoke_plan_composes_and_instantiates(
-    device: str, built: SmokeAssets, monkeypatch: pytest.MonkeyPatch
+    device: str, built: SmokeAssets, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    plan = smoke_plan(monkeypatch, device, built)
+    plan = smoke_plan(monkeypatch, device, built, tmp_path)
     # The layout is checked against the tiny model's own config.json, not the 35B profile.
     assert plan.model.architecture.num_experts == 8 and plan.model.source.endswith("config.json")
+    assert plan.settings.model_path == tmp_path / "checkpoints" / SMOKE_ASSETS_DIRNAME / "model"
     assert (plan.layout.world_size, plan.layout.dp) == (1, 1)
-    # As the launch will do it: the recipe's overrides (with the settings that decide them), then
-    # the profile's; merge_user_overrides refuses any key a setting decides.
-    recipe_overrides = build_overrides(plan.settings, plan.device.name, plan.layout, plan.env)
-    overrides = merge_user_overrides(recipe_overrides, smoke_overrides())
-    config = check_like_verl(overrides)
+    # The plan's own overrides, exactly what `run` passes to the trainer.
+    config = check_like_verl(plan.overrides)
     trainer, data = config.trainer, config.data
-    assert trainer.total_training_steps == SMOKE_STEPS and trainer.save_freq == SMOKE_STEPS
-    assert trainer.test_freq == SMOKE_STEPS and trainer.resume_mode == "disable"
+    assert trainer.total_training_steps == 3 and trainer.save_freq == 3
+    assert trainer.test_freq == 3 and trainer.resume_mode == "disable"
     assert (trainer.n_gpus_per_node, trainer.nnodes) == (1, 1)
-    assert (data.max_prompt_length, data.max_response_length) == (SMOKE_MAX_PROMPT_LENGTH, SMOKE_MAX_RESPONSE_LENGTH)
+    assert (data.max_prompt_length, data.max_response_length) == (256, 64)
     assert data.train_batch_size == 4 and config.actor_rollout_ref.rollout.n == 4
+    assert data.train_files == str(tmp_path / "checkpoints" / SMOKE_ASSETS_DIRNAME / "data" / "train.parquet")
     megatron = config.actor_rollout_ref.actor.megatron
     sizes = (
         megatron.tensor_model_parallel_size,

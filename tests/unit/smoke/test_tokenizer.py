@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.needs import needs
+
 from recipe.smoke.tokenizer import QWEN_SPECIAL_TOKENS, special_tokens, token_id, vocab_size
 
-pytest.importorskip("tokenizers", reason="needs tokenizers and transformers (the trainer extra)")
-pytest.importorskip("transformers", reason="needs tokenizers and transformers (the trainer extra)")
+needs("tokenizers", install="needs tokenizers and transformers (the trainer extra)")
+needs("transformers", install="needs tokenizers and transformers (the trainer extra)")
 
 
 @pytest.fixture(scope="module")
@@ -63,5 +65,5 @@ def test_the_chat_template_marks_images_and_videos_like_qwen_vl(tokenizer: Any) 
 
 def test_verls_system_prompt_probe_works(tokenizer: Any) -> None:
     """verl's agent loop renders one and two empty user turns to find the template's fixed prefix."""
-    verl_chat = pytest.importorskip("verl.utils.tokenizer.chat_template", reason="needs verl (the trainer extra)")
+    verl_chat = needs("verl.utils.tokenizer.chat_template", install="needs verl (the trainer extra)")
     assert verl_chat.initialize_system_prompt(tokenizer) == []

@@ -1,0 +1,209 @@
+"""The mutation check: named breakages of the product that the test suite must catch.
+
+Each breakage is applied to a throw-away copy of the repository (without .venv and .git),
+then only the tests named for it run there, and they must FAIL. A breakage whose text no
+longer appears exactly once in its file is a failure of this check too: after a refactor,
+update the breakage (keep its intent), never drop it silently. First, a control run: the
+same tests on the unbroken copy must pass, so a failure below is the breakage's doing.
+
+    python tests/mutations/check.py            # all; exit 1 if any breakage survives
+    python tests/mutations/check.py --list     # names and files
+    python tests/mutations/check.py resume-guard-removed exit-3-becomes-1
+
+Runs with this interpreter (the project's venv); the copy's own `recipe` is imported
+(PYTHONPATH, ahead of an editable install), and CI=true as in CI, so a skip counts as a
+failure of the control run. The issue this answers: tests that broke nothing when the code
+was broken on purpose (issue 16 of the project's tracker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+COPY_IGNORES = shutil.ignore_patterns(
+    ".venv", ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".hypothesis", "*.egg-info", ".ruff_cache"
+)
+
+
+@dataclass(frozen=True)
+class Breakage:
+    """Replace `old` (exactly once in `path`) by `new`: `tests` must then fail."""
+
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    why: str
+
+
+UNIT = "tests/unit"
+RUN = f"{UNIT}/test_run_command.py"
+RUN_CHECKS = f"{UNIT}/export/test_run_checks.py"
+
+BREAKAGES: tuple[Breakage, ...] = (
+    Breakage(
+        "smoke-defaults-ignored",
+        "recipe/settings.py",
+        '        """PROFILE=smoke: the profile\'s value for every setting the environment left unset."""\n',
+        '        """PROFILE=smoke: the profile\'s value for every setting the environment left unset."""\n'
+        "        return data\n",
+        (f"{RUN}::test_profile_smoke_takes_its_defaults",),
+        "PROFILE=smoke no longer takes its defaults (Settings._profile_defaults)",
+    ),
+    Breakage(
+        "smoke-overrides-dropped",
+        "recipe/plan.py",
+        "        from recipe.smoke import smoke_overrides\n",
+        "        smoke_overrides = list  # broken: the profile adds no override\n",
+        (f"{RUN}::test_profile_smoke_adds_its_overrides_and_the_users_come_last",),
+        "build_plan no longer appends the smoke overrides",
+    ),
+    Breakage(
+        "resume-guard-removed",
+        "recipe/cli.py",
+        "        problem = resume_problem(plan)\n",
+        "        problem = None\n",
+        (f"{RUN_CHECKS}::test_run_refuses_to_resume_from_a_broken_export_and_its_advice_works",),
+        "run resumes from a broken HF export (the guard is gone from _cmd_run)",
+    ),
+    Breakage(
+        "export-watcher-removed",
+        "recipe/cli.py",
+        "    with _export_watcher(plan):\n",
+        "    if True:\n",
+        (f"{RUN_CHECKS}::test_run_checks_the_export_of_each_save_and_reports_a_broken_one",),
+        "run no longer checks each save's HF export",
+    ),
+    Breakage(
+        "trainer-env-ignores-plan",
+        "recipe/cli.py",
+        "    for name, value in plan.env.items():\n",
+        "    for name, value in {}.items():\n",
+        (f"{RUN}::test_run_gives_the_trainer_the_plans_command_and_environment",),
+        "the allocator variable reaches the trainer as the user set it",
+    ),
+    Breakage(
+        "exit-3-becomes-1",
+        "recipe/cli.py",
+        "EXIT_CLUSTER = 3\n",
+        "EXIT_CLUSTER = 1\n",
+        (f"{RUN}::test_a_cluster_that_never_forms_exits_3_and_never_runs_the_trainer",),
+        "a cluster that never forms exits like a trainer failure",
+    ),
+    Breakage(
+        "npu-default-pp-1",
+        "recipe/layout.py",
+        '"npu": {"TP": 2, "PP": 2,',
+        '"npu": {"TP": 2, "PP": 1,',
+        (f"{UNIT}/test_layout.py::test_upstream_defaults_fill_unset_values",
+         f"{UNIT}/test_cli.py::test_plan_on_npu_uses_upstreams_npu_layout"),
+        "the npu default PP drifts from upstream's 2",
+    ),
+    Breakage(
+        "json-safe-writer-not-installed",
+        "recipe/worker_setup.py",
+        "    install()\n",
+        "    pass\n",
+        (f"{UNIT}/test_worker_setup.py::test_in_a_ray_worker_the_json_safe_writer_is_installed",),
+        "Ray workers keep verl's transformer_config.json writer, which raises on odd values",
+    ),
+    Breakage(
+        "hub-token-printed",
+        "recipe/data/source.py",
+        '            text = text.replace(value, "**********")\n',
+        "            pass\n",
+        (f"{UNIT}/data/test_command.py::test_a_hub_error_never_prints_the_token_or_the_endpoint",),
+        "prepare-data prints HF_TOKEN / HF_ENDPOINT from a hub error",
+    ),
+)
+
+
+def copy_repo(target: Path) -> Path:
+    """This repository's files (no .venv, .git, caches) under `target`."""
+    shutil.copytree(REPO, target, ignore=COPY_IGNORES, symlinks=True)
+    return target
+
+
+def pytest_in(copy: Path, tests: tuple[str, ...], log: Path) -> int:
+    """Run `tests` in the copy with its own recipe first on the path; returns pytest's exit code."""
+    env = {**os.environ, "PYTHONPATH": str(copy), "CI": "true"}
+    env.pop("PYTEST_ADDOPTS", None)
+    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests]
+    with log.open("w") as out:
+        return subprocess.run(argv, cwd=copy, env=env, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+
+
+def apply(copy: Path, breakage: Breakage) -> str | None:
+    """Apply the breakage in the copy; the reason it cannot be applied, or None."""
+    path = copy / breakage.path
+    text = path.read_text(encoding="utf-8")
+    count = text.count(breakage.old)
+    if count != 1:
+        return f"{breakage.path}: the text to break occurs {count} times (expected once): update this breakage"
+    path.write_text(text.replace(breakage.old, breakage.new), encoding="utf-8")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="only these breakages (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the breakages and exit")
+    args = parser.parse_args(argv)
+    by_name = {b.name: b for b in BREAKAGES}
+    if args.list:
+        for b in BREAKAGES:
+            print(f"{b.name:34} {b.path:24} {b.why}")
+        return 0
+    unknown = [n for n in args.names if n not in by_name]
+    if unknown:
+        parser.error(f"unknown breakage(s): {', '.join(unknown)}")
+    chosen = [by_name[n] for n in args.names] if args.names else list(BREAKAGES)
+
+    work = Path(tempfile.mkdtemp(prefix="mutations-"))
+    failures = 0
+    try:
+        control_tests = tuple(dict.fromkeys(t for b in chosen for t in b.tests))
+        control = copy_repo(work / "control")
+        started = time.monotonic()
+        code = pytest_in(control, control_tests, work / "control.log")
+        print(f"control (unbroken copy, {len(control_tests)} tests): exit {code} in {time.monotonic() - started:.0f}s",
+              flush=True)
+        if code != 0:
+            print((work / "control.log").read_text()[-4000:])
+            print("mutation check: the named tests do not pass on the unbroken copy", file=sys.stderr)
+            return 1
+        for breakage in chosen:
+            copy = copy_repo(work / breakage.name)
+            problem = apply(copy, breakage)
+            if problem:
+                print(f"FAIL  {breakage.name}: {problem}", flush=True)
+                failures += 1
+                continue
+            started = time.monotonic()
+            code = pytest_in(copy, breakage.tests, work / f"{breakage.name}.log")
+            took = time.monotonic() - started
+            if code in (1, 2):  # tests failed, or an error stopped them
+                print(f"ok    {breakage.name}: caught ({took:.0f}s)", flush=True)
+            else:
+                print(f"FAIL  {breakage.name}: survived, pytest exit {code} ({took:.0f}s): {breakage.why}", flush=True)
+                print((work / f"{breakage.name}.log").read_text()[-2000:])
+                failures += 1
+            shutil.rmtree(copy, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"mutation check: {len(chosen) - failures} of {len(chosen)} breakages caught")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

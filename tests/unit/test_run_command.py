@@ -1,0 +1,174 @@
+"""`run` and `plan` as users run them: the real CLI in its own process, end to end on CPU.
+
+The trainer is the stand-in of runtools (through RECIPE_TEST_TRAINER, honoured by `run`
+alone); everything before it is the product: settings, plan, machine checks, Ray roles,
+the trainer's environment, signal passing and exit codes. Numbers are written out here,
+not read from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from recipe.launch import override_value
+from recipe.smoke import shipped_model_dir
+from tests.support.ports import free_port
+
+from .runtools import cli, layout_of_one, recorded, run_environment, start_cli
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """A model directory with a config.json (the smoke profile's tiny Qwen3.5-MoE; no weights needed)."""
+    directory = tmp_path / "model"
+    directory.mkdir()
+    shutil.copy(shipped_model_dir() / "config.json", directory / "config.json")
+    return directory
+
+
+def test_run_gives_the_trainer_the_plans_command_and_environment(tmp_path: Path, model: Path) -> None:
+    env = run_environment(tmp_path, model, **layout_of_one(
+        PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True,max_split_size_mb:128"))
+    env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    planned = cli(["plan", "--json", "--", "trainer.total_training_steps=2"], env)
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+
+    done = cli(["run", "--", "trainer.total_training_steps=2"], env)
+    assert done.returncode == 0, done.stderr
+    got = recorded(tmp_path)
+    assert got is not None, "the trainer never ran"
+    # The command `plan` showed, announced on stdout, then run.
+    assert got["argv"] == plan["argv"]
+    assert got["argv"][1:3] == ["-m", "verl.trainer.main_ppo"] and "trainer.total_training_steps=2" in got["argv"]
+    assert f"Executing: {shlex.join(plan['argv'])}" in done.stdout.splitlines()
+    # The environment the plan decided, not the one the user started with.
+    trainer_env = got["env"]
+    assert "expandable_segments:True" not in trainer_env.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    assert trainer_env["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128"
+    assert trainer_env["RECIPE_EXPANDABLE_SEGMENTS"] == "1"
+    assert trainer_env["RECIPE_DEVICE"] == "gpu"
+    assert trainer_env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert trainer_env["TENSORBOARD_DIR"] == str(tmp_path / "checkpoints" / "tensorboard" / "p" / "e")
+    for name, value in plan["env"].items():
+        assert trainer_env.get(name) == value, name
+    assert (tmp_path / "checkpoints").is_dir()
+
+
+def test_expandable_segments_off_reaches_the_trainer_as_off(tmp_path: Path, model: Path) -> None:
+    env = run_environment(tmp_path, model, **layout_of_one(EXPANDABLE_SEGMENTS="false"))
+    done = cli(["run"], env)
+    assert done.returncode == 0, done.stderr
+    trainer_env = recorded(tmp_path)["env"]  # type: ignore[index]
+    assert trainer_env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False"
+    assert trainer_env["RECIPE_EXPANDABLE_SEGMENTS"] == "0"
+
+
+def test_the_trainers_exit_code_is_runs_exit_code(tmp_path: Path, model: Path) -> None:
+    env = run_environment(tmp_path, model, **layout_of_one()) | {"STAND_IN_EXIT": "7"}
+    assert cli(["run"], env).returncode == 7
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 43), (signal.SIGINT, 44)])
+def test_a_signal_to_run_reaches_the_trainer_and_its_code_comes_back(
+    tmp_path: Path, model: Path, sig: signal.Signals, code: int
+) -> None:
+    """`docker stop` (SIGTERM) or Ctrl-C: the trainer gets it and decides how to end."""
+    env = run_environment(tmp_path, model, **layout_of_one()) | {"STAND_IN_MODE": "wait"}
+    proc = start_cli(["run"], env)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # a condition, not a sleep: the trainer says it is up
+            if line.strip() == "stand-in ready":
+                break
+        else:
+            pytest.fail(f"the stand-in trainer never started (run exited {proc.wait()})")
+        proc.send_signal(sig)
+        assert proc.wait(timeout=120) == code  # it ends at once; the limit only stops a hang
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_cluster_that_never_forms_exits_3_and_never_runs_the_trainer(tmp_path: Path, model: Path) -> None:
+    """KubeRay's RAY_ADDRESS with no Ray there: exit 3 (a restart may help), not 2 (a config error)."""
+    address = f"127.0.0.1:{free_port()}"
+    env = run_environment(tmp_path, model, **layout_of_one(RAY_ADDRESS=address, RAY_WAIT_TIMEOUT="1"))
+    done = cli(["run"], env)
+    assert done.returncode == 3, done.stderr
+    assert f"error: address {address}: no Ray head answered within 1s" in done.stderr.splitlines()
+    assert recorded(tmp_path) is None
+
+
+def test_a_worker_node_whose_head_never_answers_exits_3(tmp_path: Path, model: Path) -> None:
+    port = free_port()
+    env = run_environment(tmp_path, model, **layout_of_one(
+        NNODES="2", NODE_RANK="1", MASTER_ADDR="127.0.0.1", RAY_PORT=str(port), RAY_WAIT_TIMEOUT="1"))
+    done = cli(["run"], env)
+    assert done.returncode == 3, done.stderr
+    assert (f"error: MASTER_ADDR:RAY_PORT=127.0.0.1:{port}: no Ray head answered within 1s (NODE_RANK=1)"
+            in done.stderr.splitlines())
+    assert recorded(tmp_path) is None
+
+
+def test_an_unfit_machine_exits_2_before_anything_runs(tmp_path: Path, model: Path) -> None:
+    env = run_environment(tmp_path, model, **layout_of_one()) | {"TEST_VISIBLE_DEVICES": "0"}
+    done = cli(["run"], env)
+    assert done.returncode == 2
+    assert any(line.startswith("error: DEVICE=gpu: no gpu device found") for line in done.stderr.splitlines())
+    assert recorded(tmp_path) is None and not (tmp_path / "checkpoints").exists()
+
+
+# --- PROFILE=smoke, as users set it: one variable ----------------------------------------------
+
+
+def _smoke_plan(tmp_path: Path, *extra: str, **settings: str) -> dict:
+    env = run_environment(tmp_path, tmp_path / "unused", PROFILE="smoke", DEVICE="gpu", **settings)
+    for name in {"MODEL_PATH", "TRAIN_FILES", "VAL_FILES"} - set(settings):
+        env.pop(name)  # the profile decides them
+    done = cli(["plan", "--json", *(["--", *extra] if extra else [])], env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_profile_smoke_takes_its_defaults(tmp_path: Path) -> None:
+    plan = _smoke_plan(tmp_path)
+    settings, layout = plan["settings"], plan["layout"]
+    assets = tmp_path / "checkpoints" / "smoke-assets"
+    assert settings["PROFILE"] == "smoke"
+    assert (settings["TRAIN_BATCH_SIZE"], settings["ROLLOUT_N"], settings["TOTAL_EPOCHS"]) == (4, 4, 1)
+    assert (settings["SAVE_FREQ"], settings["TEST_FREQ"], settings["OFFLOAD"]) == (3, 3, False)
+    assert settings["MODEL_PATH"] == str(assets / "model")
+    assert settings["TRAIN_FILES"] == str(assets / "data" / "train.parquet")
+    assert settings["VAL_FILES"] == str(assets / "data" / "test.parquet")
+    sizes = [layout[k] for k in ("tp", "pp", "cp", "ep", "etp", "gen_tp", "ndevices_per_node", "world_size")]
+    assert sizes == [1, 1, 1, 1, 1, 1, 1, 1]
+    # Before the first run the layout is checked against the shipped tiny config, not the 35B profile.
+    assert plan["model"]["num_experts"] == 8 and plan["model"]["source"].endswith("config.json")
+
+
+def test_profile_smoke_adds_its_overrides_and_the_users_come_last(tmp_path: Path) -> None:
+    plan = _smoke_plan(tmp_path)
+    overrides = plan["overrides"]
+    assert override_value(overrides, "trainer.total_training_steps") == "3"
+    assert override_value(overrides, "trainer.resume_mode") == "disable"
+    assert override_value(overrides, "data.max_prompt_length") == "256"
+    assert override_value(overrides, "data.max_response_length") == "64"
+    assert override_value(overrides, "data.train_batch_size") == "4"
+    assert plan["argv"][3:] == overrides
+    user = _smoke_plan(tmp_path, "trainer.total_training_steps=5")
+    assert override_value(user["overrides"], "trainer.total_training_steps") == "5"
+
+
+def test_a_user_setting_beats_the_smoke_default(tmp_path: Path) -> None:
+    plan = _smoke_plan(tmp_path, TRAIN_BATCH_SIZE="8", MODEL_PATH=str(tmp_path / "elsewhere"))
+    assert plan["settings"]["TRAIN_BATCH_SIZE"] == 8
+    assert plan["settings"]["MODEL_PATH"] == str(tmp_path / "elsewhere")
+    assert plan["settings"]["ROLLOUT_N"] == 4

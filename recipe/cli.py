@@ -34,6 +34,7 @@ from typing import Iterator, Sequence
 
 from recipe import cluster
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
+from recipe.doctor.command import add_doctor_parser, run_doctor
 from recipe.errors import RecipeConfigError
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.watch import MANIFEST, REPORT_NAME, watch_exports
@@ -79,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("run", help="check the machine, then run the trainer")
     add_prepare_data_parser(commands)
     add_export_commands(commands)
+    add_doctor_parser(commands)
     return parser
 
 
@@ -417,6 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
+    if args.command == "doctor":
+        return run_doctor(args)  # reads its settings itself; exit 2 when it cannot run
     if args.command == "verify-export":
         # Needs no settings: checking a directory must work whatever the environment says.
         return run_verify_export(args)

@@ -177,6 +177,30 @@ def cluster_problems(
     return problems
 
 
+def ray_auth_problems(
+    nnodes: int, ray_address_env: str | None, ray_auth_mode: str | None, ray_auth_token_set: bool
+) -> list[str]:
+    """Problems with Ray's authentication for the cluster this node would form (empty when fine).
+
+    Ray on the host network runs any job from anyone who reaches its ports. A cluster this
+    recipe starts across machines (not KubeRay's, which makes its own token: RAY_ADDRESS set)
+    therefore needs Ray's token authentication unless the user turned it off by name. Only
+    whether the token is set reaches this function, never its value.
+    """
+    if ray_address_env:
+        return []
+    problems = []
+    if nnodes > 1 and ray_auth_mode is None:
+        problems.append(
+            f"RAY_AUTH_MODE=: must be token when NNODES={nnodes} starts Ray across machines, with the same "
+            "RAY_AUTH_TOKEN on every node (e.g. `openssl rand -hex 32`); RAY_AUTH_MODE=disabled only on an "
+            "isolated network"
+        )
+    if ray_auth_mode == "token" and not ray_auth_token_set:
+        problems.append("RAY_AUTH_TOKEN=: must be set (the same on every node) when RAY_AUTH_MODE=token")
+    return problems
+
+
 def plan_ray_role(
     nnodes: int,
     node_rank: int,

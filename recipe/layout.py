@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe.cluster import cluster_problems
+from recipe.cluster import cluster_problems, ray_auth_problems
 from recipe.device import DEFAULT_DEVICES_PER_NODE, Device
 from recipe.errors import RecipeConfigError
 from recipe.models import ModelArchitecture
@@ -169,5 +169,8 @@ def layout_problems(
     # Several nodes need to find each other (the rules live with the Ray bootstrap).
     problems.extend(
         cluster_problems(layout.nnodes, settings.node_rank, settings.master_addr, settings.ray_port, settings.ray_address)
+    )
+    problems.extend(
+        ray_auth_problems(layout.nnodes, settings.ray_address, settings.ray_auth_mode, settings.ray_auth_token is not None)
     )
     return problems

@@ -108,6 +108,13 @@ class Settings(BaseSettings):
     ray_wait_timeout: PositiveInt = Field(
         600, description="Seconds rank 0 waits for every node's devices to join Ray before it gives up."
     )
+    ray_auth_mode: Literal["token", "disabled"] | None = Field(
+        None,
+        description=(
+            "Ray's authentication, read by Ray itself: `token` (the same RAY_AUTH_TOKEN on every node) is required "
+            "when NNODES > 1 starts Ray on the host network; `disabled` only on an isolated network."
+        ),
+    )
 
     # --- paths --------------------------------------------------------------
     model_path: Path = Field(Path("/models/Qwen3.5-35B-A3B"), description="Hugging Face model directory.")
@@ -147,6 +154,9 @@ class Settings(BaseSettings):
     # --- secrets (never printed) --------------------------------------------
     hf_token: SecretStr | None = Field(None, description="Hugging Face token for gated downloads.")
     wandb_api_key: SecretStr | None = Field(None, description="Weights & Biases key; wandb logging only when set.")
+    ray_auth_token: SecretStr | None = Field(
+        None, description="Ray's shared secret with RAY_AUTH_MODE=token, the same on every node (e.g. `openssl rand -hex 32`)."
+    )
 
     @model_validator(mode="before")
     @classmethod

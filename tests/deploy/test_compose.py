@@ -121,6 +121,9 @@ def test_runtime_settings_for_collectives(compose_bin: str, service: str) -> Non
     assert svc["ulimits"]["stack"] == 67108864
     assert svc["init"] is True
     assert svc["network_mode"] == "host"
+    # No capability, no privilege gained through setuid (issue 11, item 19).
+    assert svc["cap_drop"] == ["ALL"]
+    assert svc["security_opt"] == ["no-new-privileges:true"]
     # Restart after a crash (resume), never after a finished run, and not forever.
     assert re.fullmatch(r"on-failure:\d+", svc["restart"])
     mounts = {v["target"]: v for v in svc["volumes"]}
@@ -174,7 +177,7 @@ def test_plan_overlay_drops_device_access_only(compose_bin: str) -> None:
         assert plan["restart"] == "no"
         up_data = [v for v in up["volumes"] if v["target"] in DATA_TARGETS]
         assert plan["volumes"] == up_data  # same host paths, no Ascend driver mounts
-        for key in ("image", "environment", "shm_size", "ulimits", "init", "network_mode"):
+        for key in ("image", "environment", "shm_size", "ulimits", "init", "network_mode", "cap_drop", "security_opt"):
             assert plan[key] == up[key], key
 
 

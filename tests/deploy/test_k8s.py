@@ -44,6 +44,17 @@ def render(kubectl: str, directory: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
 
 
+#: Kubernetes quantity suffixes (the ones these manifests may use).
+SUFFIXES = {"m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity(text: str | int) -> float:
+    """A Kubernetes resource quantity as a number ("500m" -> 0.5, "1Gi" -> 2**30)."""
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?", str(text))
+    assert found, f"not a quantity these tests know: {text!r}"
+    return float(found.group(1)) * SUFFIXES[found.group(2) or ""]
+
+
 def _device(overlay: str) -> str:
     return overlay.split("-")[0]
 
@@ -179,7 +190,12 @@ def test_every_node_gets_its_devices_image_and_settings(
     assert len(specs) == (1 if OVERLAYS[overlay] == "Job" else 2)
     for spec in specs:
         (container,) = spec["containers"]
-        assert container["resources"]["limits"] == {name: count}
+        resources = container["resources"]
+        assert {k: v for k, v in resources["limits"].items() if "/" in k} == {name: count}
+        for resource in ("cpu", "memory"):  # sized for the model, requested and bounded
+            assert 0 < quantity(resources["requests"][resource]) <= quantity(resources["limits"][resource])
+        for init in spec.get("initContainers", []):  # doctor checks the devices the trainer gets
+            assert init["resources"] == resources
         assert container["image"] == f"grpo-recipe:{device}"
         assert {"configMapRef": {"name": "grpo-recipe-settings"}} in container["envFrom"]
         assert not container.get("securityContext", {}).get("privileged", False)
@@ -258,7 +274,8 @@ def test_npu_resource_name_lives_in_one_place(kubectl_bin: str, tmp_path: Path) 
     for overlay in ("npu", "npu-ray"):
         docs = render(kubectl_bin, copy_root / "overlays" / overlay)
         for spec in pod_specs(docs):
-            assert spec["containers"][0]["resources"]["limits"] == {"huawei.com/ascend-1980": 16}
+            limits = spec["containers"][0]["resources"]["limits"]
+            assert {k: v for k, v in limits.items() if "/" in k} == {"huawei.com/ascend-1980": 16}
         assert all(d["kind"] != "AcceleratorLimits" for d in docs)  # local-config: never applied
 
 

@@ -91,7 +91,7 @@ def test_workers_get_the_allocator_hook_and_never_expandable_segments_true() -> 
 
 def test_several_nodes_attach_to_the_running_cluster() -> None:
     assert "+ray_kwargs.ray_init.address" not in _overrides()
-    assert _overrides(NNODES=2, MASTER_ADDR="10.0.0.1")["+ray_kwargs.ray_init.address"] == "'auto'"
+    assert _overrides(NNODES=2, MASTER_ADDR="10.0.0.1", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="t" * 32)["+ray_kwargs.ray_init.address"] == "'auto'"
 
 
 def _built(**values: object):  # type: ignore[no-untyped-def]

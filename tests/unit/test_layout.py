@@ -7,9 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recipe.errors import RecipeConfigError
 from recipe.layout import resolve_layout
+from recipe.settings import load_settings
 from recipe.models import QWEN3_5_35B_A3B, architecture_from_config, load_architecture
 
 from .envtools import REPO, settings_of
@@ -106,10 +109,12 @@ def test_gen_tp_over_world_and_heads() -> None:
 
 def test_fixed_batches_over_data_parallel_on_gpu_only() -> None:
     # 3 nodes x 8 GPUs, TP 2: DP 12 does not divide 32 x 5 = 160 samples.
-    problems = _problems(NNODES=3, MASTER_ADDR="10.0.0.1", NODE_RANK=0)
+    problems = _problems(NNODES=3, MASTER_ADDR="10.0.0.1", NODE_RANK=0, RAY_AUTH_MODE="disabled")
     assert any(p.startswith("TRAIN_BATCH_SIZE=32, ROLLOUT_N=5: their product 160 must be divisible by the data-parallel size 12") for p in problems)
     # npu batches by tokens (use_dynamic_bsz), where verl pads instead.
-    resolve_layout(settings_of(NNODES=3, MASTER_ADDR="10.0.0.1", NDEVICES_PER_NODE=8, PP=1), "npu", QWEN3_5_35B_A3B)
+    resolve_layout(
+        settings_of(NNODES=3, MASTER_ADDR="10.0.0.1", NDEVICES_PER_NODE=8, PP=1, RAY_AUTH_MODE="disabled"), "npu", QWEN3_5_35B_A3B
+    )
 
 
 def test_several_nodes_need_an_address_and_a_rank_below_nnodes() -> None:
@@ -156,3 +161,50 @@ def test_a_config_without_the_numbers_names_each_missing_key(tmp_path: Path) -> 
         load_architecture(tmp_path)
     assert len(caught.value.problems) == 4
     assert all(p.startswith("MODEL_PATH=") and "config.json lacks" in p for p in caught.value.problems)
+
+
+# --- Ray's authentication across machines (issue 11, item 19) ---------------------------------
+
+TWO_NODES = {"NNODES": 2, "MASTER_ADDR": "10.0.0.1", "EP": 16}
+AUTH_RULE = "RAY_AUTH_MODE=: must be token when NNODES=2 starts Ray across machines"
+
+
+def test_several_nodes_without_ray_auth_are_refused() -> None:
+    problems = _problems(**TWO_NODES)
+    assert any(p.startswith(AUTH_RULE) for p in problems), problems
+
+
+def test_token_mode_needs_the_token_and_never_shows_it() -> None:
+    assert "RAY_AUTH_TOKEN=: must be set (the same on every node) when RAY_AUTH_MODE=token" in _problems(
+        **TWO_NODES, RAY_AUTH_MODE="token"
+    )
+    resolve_layout(settings_of(**TWO_NODES, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="s3cr3t" * 6), "gpu", QWEN3_5_35B_A3B)
+
+
+def test_disabled_by_name_or_a_kuberay_cluster_is_accepted() -> None:
+    resolve_layout(settings_of(**TWO_NODES, RAY_AUTH_MODE="disabled"), "gpu", QWEN3_5_35B_A3B)
+    # KubeRay's cluster: RAY_ADDRESS set, KubeRay made and distributed its own token.
+    resolve_layout(settings_of(NNODES=2, EP=16, RAY_ADDRESS="10.0.0.1:6379"), "gpu", QWEN3_5_35B_A3B)
+
+
+def test_one_node_needs_no_ray_auth() -> None:
+    resolve_layout(settings_of(), "gpu", QWEN3_5_35B_A3B)
+
+
+@settings(max_examples=40, deadline=None)
+@given(mode=st.text(min_size=1, max_size=12).filter(lambda s: s.strip() not in ("token", "disabled", "") and "\x00" not in s))
+def test_any_other_ray_auth_mode_is_a_named_error(mode: str) -> None:
+    # Read from the environment by the real loader, as the entrypoint does.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_AUTH_MODE", mode)
+        with pytest.raises(RecipeConfigError) as caught:
+            load_settings()
+    assert any(p.startswith("RAY_AUTH_MODE=") for p in caught.value.problems), caught.value.problems
+
+
+@settings(max_examples=40, deadline=None)
+@given(token=st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=8, max_size=40))
+def test_the_token_never_appears_in_a_layout_error(token: str) -> None:
+    # A bad layout beside a token: the errors name the rule, never the token.
+    problems = _problems(**TWO_NODES, TP=3, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    assert problems and not any(token in p for p in problems)

@@ -110,7 +110,8 @@ def test_a_cluster_that_never_forms_exits_3_and_never_runs_the_trainer(tmp_path:
 def test_a_worker_node_whose_head_never_answers_exits_3(tmp_path: Path, model: Path) -> None:
     port = free_port()
     env = run_environment(tmp_path, model, **layout_of_one(
-        NNODES="2", NODE_RANK="1", MASTER_ADDR="127.0.0.1", RAY_PORT=str(port), RAY_WAIT_TIMEOUT="1"))
+        NNODES="2", NODE_RANK="1", MASTER_ADDR="127.0.0.1", RAY_PORT=str(port), RAY_WAIT_TIMEOUT="1",
+        RAY_AUTH_MODE="disabled"))
     done = cli(["run"], env)
     assert done.returncode == 3, done.stderr
     assert (f"error: MASTER_ADDR:RAY_PORT=127.0.0.1:{port}: no Ray head answered within 1s (NODE_RANK=1)"

@@ -61,7 +61,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "npu defaults": {"DEVICE": "npu"},
     "gpu tp4 ep4 strict wandb": {"DEVICE": "gpu", "TP": "4", "EP": "4", "EXPORT_STRICT": "true", "WANDB_API_KEY": "k"},
     "npu tp4 pp1 gen_tp4 no offload": {"DEVICE": "npu", "TP": "4", "PP": "1", "GEN_TP": "4", "OFFLOAD": "false"},
-    "gpu two nodes": {"DEVICE": "gpu", "NNODES": "2", "MASTER_ADDR": "10.0.0.1", "EP": "16"},
+    "gpu two nodes": {
+        "DEVICE": "gpu", "NNODES": "2", "MASTER_ADDR": "10.0.0.1", "EP": "16", "RAY_AUTH_MODE": "disabled",
+    },
     "npu odd names and allocator": {
         "DEVICE": "npu", "PROJECT_NAME": "123", "EXPERIMENT_NAME": "true", "CHECKPOINT_DIR": "/ck pt/it's",
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:128",

@@ -47,7 +47,7 @@ def test_device_setting_selects_that_devices_defaults(run_plan: Any, device: str
             {"tp": 4, "pp": 2, "ep": 4, "gen_tp": 4},
         ),
         (
-            {"DEVICE": "gpu", "NNODES": "2", "MASTER_ADDR": "head-node", "EP": "16"},
+            {"DEVICE": "gpu", "NNODES": "2", "MASTER_ADDR": "head-node", "EP": "16", "RAY_AUTH_MODE": "disabled"},
             {"nnodes": 2, "ep": 16, "world_size": 16},
         ),
     ],

@@ -36,11 +36,12 @@ from recipe import cluster
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.doctor.command import add_doctor_parser, run_doctor
 from recipe.errors import RecipeConfigError
+from recipe.help import add_command
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.watch import MANIFEST, REPORT_NAME, watch_exports
 from recipe.launch import checkpoint_root, resume_mode_problem
 from recipe.plan import Plan, build_plan
-from recipe.settings import Settings, load_settings
+from recipe.settings import Settings, load_settings, near_miss_warnings
 
 logger = logging.getLogger("recipe")
 
@@ -75,9 +76,34 @@ def _parser() -> argparse.ArgumentParser:
         "Settings come from environment variables (see README).",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    plan = commands.add_parser("plan", help="print the checked launch plan (no accelerator needed)")
+    plan = add_command(
+        commands, "plan",
+        summary="print the checked launch plan (no accelerator needed)",
+        description="Read the settings from the environment, check them against the model's config.json (or the "
+        "built-in profile) and the device's layout rules, compose the trainer's Hydra overrides against the "
+        "installed verl, and print the layout, where each value came from and the exact trainer command. "
+        "Starts nothing and writes nothing. Extra Hydra overrides for verl go after `--`.",
+        usage="entrypoint.py plan [--json] [-- key=value ...]",
+        exit_codes={0: "the plan is valid (printed)", 2: "bad settings or overrides: one `error:` line each on stderr"},
+        examples=["TP=4 EP=8 python entrypoint.py plan", "python entrypoint.py plan --json -- trainer.total_epochs=1"],
+    )
     plan.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    commands.add_parser("run", help="check the machine, then run the trainer")
+    add_command(
+        commands, "run",
+        summary="check the machine, then run the trainer",
+        description="Everything `plan` checks, then the machine: devices visible, the model's config.json, readable "
+        "data files, a writable checkpoint directory, the trainer's packages and a sound HF export to resume "
+        "from. Then `python -m verl.trainer.main_ppo` runs with the plan's overrides, followed by any Hydra "
+        "overrides given after `--` (key=value, +key=value, ~key); an override replaces the recipe's value "
+        "for the same key. With NNODES > 1 it starts or joins the Ray cluster first.",
+        usage="entrypoint.py run [-- key=value ...]",
+        exit_codes={
+            0: "the trainer finished",
+            2: "bad settings, overrides or machine: nothing was started",
+            3: "the Ray cluster did not form in RAY_WAIT_TIMEOUT",
+        } | {1: "the trainer's own exit code otherwise (1 and others)"},
+        examples=["python entrypoint.py run -- trainer.total_epochs=1 trainer.save_freq=10"],
+    )
     add_prepare_data_parser(commands)
     add_export_commands(commands)
     add_doctor_parser(commands)
@@ -403,15 +429,28 @@ def _cmd_run(plan: Plan) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse argv, load and check settings, dispatch. Returns the exit code."""
     ours, extra = _split_extra(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(ours)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    command = None
     try:
-        return _dispatch(args, extra)
+        args = _parser().parse_args(ours)
+        command = args.command
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+        code = _dispatch(args, extra)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader of our stdout left (`plan | head -3`): what it read is all it wanted. Point
+        # stdout at /dev/null so that the interpreter's last flush does not fail again. Only `run`
+        # has more to do than print: stopped before its trainer, it exits as a shell's SIGPIPE does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if command == "run":
+            print("error: stdout was closed before the trainer started", file=sys.stderr)
+            return 128 + signal.SIGPIPE
+        return 0
     except ModuleNotFoundError as error:
         # Only `plan` runs on the package's own small dependencies; the other commands
         # import torch, transformers, datasets or Ray when they run.
         print(
-            f"error: {args.command} needs the Python package providing {error.name!r}, which is not installed: "
+            f"error: {command} needs the Python package providing {error.name!r}, which is not installed: "
             "use the image (docker compose run --rm gpu|npu ...) or pip install '.[trainer]'",
             file=sys.stderr,
         )
@@ -426,6 +465,8 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         return run_verify_export(args)
     try:
         settings = load_settings()
+        for warning in near_miss_warnings(os.environ):
+            print(f"warning: {warning}", file=sys.stderr)
         if args.command == "export":
             return run_export(args, checkpoint_root(settings), settings.model_path, settings.export_strict)
         if args.command == "prepare-data":

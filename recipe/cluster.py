@@ -170,9 +170,12 @@ def cluster_problems(
             )
         elif gcs_address_problem(ray_address_env):
             problems.append(f"RAY_ADDRESS={ray_address_env}: {gcs_address_problem(ray_address_env)}")
-    elif nnodes > 1 and node_rank > 0 and not master_addr:
+    elif nnodes > 1 and not master_addr:
+        # Rank 0 too: its head advertises this address, and a head that guessed its own
+        # (the host name) could not be joined by workers that were never told it.
         problems.append(
             f"MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES={nnodes} and NODE_RANK={node_rank}"
+            " (or RAY_ADDRESS a running cluster)"
         )
     return problems
 
@@ -220,9 +223,9 @@ def plan_ray_role(
                        f"RAY_ADDRESS={ray_address_env} is set: join that cluster")
     if nnodes == 1:
         return RayRole("single", None, 0, 1, "NNODES=1: the trainer starts its own local Ray")
-    # The head advertises MASTER_ADDR when given; without it (rank 0 may omit it)
-    # Ray picks the node's address and the workers must be told it by hand.
-    head_host = master_addr or socket.gethostname()
+    if not master_addr:  # cluster_problems refused it above; kept for the type checker
+        raise ClusterError([f"MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES={nnodes}"])
+    head_host = master_addr
     if ":" in head_host and not head_host.startswith("["):
         head_host = f"[{head_host}]"  # an IPv6 address: host:port would be ambiguous
     address = f"{head_host}:{ray_port}"

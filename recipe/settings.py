@@ -248,7 +248,7 @@ class Settings(BaseSettings):
         return out
 
 
-SECRET_SETTINGS = frozenset({"HF_TOKEN", "WANDB_API_KEY"})
+SECRET_SETTINGS = frozenset({"HF_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN"})
 
 
 def _describe_error(error: Mapping[str, Any], environ: Mapping[str, str]) -> str:
@@ -280,6 +280,45 @@ def _lookup(environ: Mapping[str, str], name: str) -> str | None:
         if key.upper() == name:
             return value
     return None
+
+
+#: Prefixes of other programs' variables (Ray's, the collectives', the drivers', ...): never a
+#: typo of ours, though some are close to a setting's name (RAY_GCS_PORT and RAY_PORT).
+FOREIGN_PREFIXES = (
+    "RAY_", "NCCL_", "HCCL_", "GLOO_", "VLLM_", "TORCH_", "PYTORCH_", "CUDA_", "NVIDIA_", "NVTE_", "ASCEND_",
+    "ATB_", "ASDOPS_", "KUBERNETES_", "HYDRA_", "WANDB_", "HF_", "HUGGING", "TRANSFORMERS_", "TOKENIZERS_",
+    "OMP_", "MKL_", "PYTHON", "PIP_", "LC_", "XDG_", "DOCKER_", "COMPOSE_", "TINI_", "RECIPE_", "GRPO_",
+    "HOST_",  # compose.yaml's own (HOST_CHECKPOINTS_DIR, ...), when .env is sourced on the host
+)  # fmt: skip
+#: Other programs' variables without such a prefix (DEVICE_ID: Ascend's launch scripts).
+FOREIGN_NAMES = frozenset({"DEVICE_ID", "RANK_ID", "RANK_SIZE"})
+#: How close a name must be to a setting's to be called a typo of it (difflib's ratio).
+TYPO_CUTOFF = 0.8
+
+
+def near_miss_warnings(environ: Mapping[str, str]) -> list[str]:
+    """`TPP is not a setting; did you mean TP?` for each variable named almost like a setting.
+
+    Such a variable is otherwise ignored without a word. Only upper-case names outside other
+    programs' prefixes are compared, so the usual environment (PATH, HOME, HOSTNAME, ...) and
+    Ray's, NCCL's or CUDA's variables never warn.
+    """
+    import difflib
+
+    names = sorted(name.upper() for name in Settings.model_fields)
+    warnings = []
+    for variable in sorted(environ):
+        if (
+            variable in names
+            or variable in FOREIGN_NAMES
+            or variable.startswith(FOREIGN_PREFIXES)
+            or not re.fullmatch(r"[A-Z][A-Z0-9_]*", variable)
+        ):
+            continue
+        close = difflib.get_close_matches(variable, names, n=1, cutoff=TYPO_CUTOFF)
+        if close:
+            warnings.append(f"{variable} is not a setting (ignored); did you mean {close[0]}?")
+    return warnings
 
 
 def load_settings() -> Settings:

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from recipe.data.errors import DataPreparationError
+from recipe.help import add_command
 from recipe.data.guard import DEFAULT_MAX_IMAGE_BYTES
 from recipe.data.specs import SPECS
 
@@ -29,14 +30,20 @@ def _positive_mib(text: str) -> int:
 
 def add_prepare_data_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     """Add `prepare-data {geo3k,gsm8k} [--out DIR] [--source PATH] [--max-image-mib N]` to `subparsers`."""
-    parser = subparsers.add_parser(
-        "prepare-data",
-        help="download a dataset and write verl's train/test parquet files",
+    parser = add_command(
+        subparsers, "prepare-data",
+        summary="download a dataset and write verl's train/test parquet files",
         description=(
             "Load a dataset with Hugging Face datasets (the hub by default; HF_TOKEN, HF_ENDPOINT, "
             "HF_HOME and HF_HUB_OFFLINE are read from the environment) and write OUT/train.parquet "
             "and OUT/test.parquet in verl's RL format, atomically."
         ),
+        exit_codes={
+            0: "both files written",
+            1: "the dataset could not be fetched or the files not written (one line on stderr)",
+            2: "a bad --source, --out or dataset content: nothing written",
+        },
+        examples=["entrypoint.py prepare-data geo3k", "entrypoint.py prepare-data gsm8k --source /data/gsm8k-copy"],
     )
     parser.add_argument("dataset", choices=sorted(SPECS), help="geo3k (images, the default data) or gsm8k (text)")
     parser.add_argument(

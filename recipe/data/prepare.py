@@ -152,6 +152,24 @@ def _check_written(path: Path, rows: int) -> None:
         raise DataPreparationError(f"{path}: wrote {written} rows, expected {rows}")
 
 
+def output_problem(out: Path) -> str | None:
+    """Why OUT cannot receive the files (one line naming it), or None; creates nothing.
+
+    OUT must be a directory or not exist yet, and its nearest existing ancestor a directory this
+    user may write into, where `mkdir -p` will create the rest.
+    """
+    if out.exists() and not out.is_dir():
+        return f"--out={out}: not a directory; check DATA_DIR or --out"
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"--out={out}: {existing} is not a directory; check DATA_DIR or --out"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"--out={out}: {existing} is not writable by uid {os.getuid()}; check DATA_DIR or --out"
+    return None
+
+
 def prepare_dataset(
     name: DatasetName,
     out_dir: str | os.PathLike[str],
@@ -185,6 +203,10 @@ def prepare_dataset(
     say = progress or _stderr
     out = Path(out_dir).expanduser()
     targets = {split: out / f"{split}.parquet" for split in SPLITS}
+    # Before any download: an output that cannot be written is a usage error, said at once.
+    problem = output_problem(out)
+    if problem:
+        raise RecipeConfigError([problem])
 
     loaded = load_source(spec, source, say)
     images = ImagePolicy(folder=loaded.folder, max_bytes=max_image_bytes)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+import socket
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,8 +90,50 @@ def redacted_library_logs() -> Iterator[None]:
             handler.removeFilter(log_filter)
 
 
+#: Seconds the hub's host may take to accept a connection before prepare-data says it is unreachable.
+HUB_PROBE_TIMEOUT_S = 5.0
+DEFAULT_HF_ENDPOINT = "https://huggingface.co"
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def hub_unreachable(environ: Mapping[str, str], timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Why the hub cannot be reached (one phrase), or None when a connection opens or cannot be judged.
+
+    Without it, huggingface_hub retries each request with a warning line apiece (24 lines and
+    25 s on a machine with no network) before failing. Not judged: HF_HUB_OFFLINE (cache only,
+    no network wanted) and a proxy (only the proxy can say).
+    """
+    from urllib.parse import urlsplit
+
+    if environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
+        return None
+    if any(environ.get(name) for name in _PROXY_VARIABLES):
+        return None
+    endpoint = environ.get("HF_ENDPOINT") or DEFAULT_HF_ENDPOINT
+    # The endpoint's value is never printed (it may carry credentials): "the hub" names it.
+    try:
+        parts = urlsplit(endpoint)
+        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return "HF_ENDPOINT is not a URL"
+    if not host:
+        return "HF_ENDPOINT is not a URL"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"no connection to the hub's host within {timeout_s:g} s ({type(exc).__name__})"
+
+
 def _load_hub(spec: DatasetSpec) -> datasets.DatasetDict:
     import datasets  # configures the libraries' log handlers, so before redacted_library_logs()
+
+    unreachable = hub_unreachable(os.environ)
+    if unreachable:
+        raise DataPreparationError(
+            f"{spec.name}: cannot reach the Hugging Face hub: {unreachable}; without a network use a copy already "
+            "in HF_HOME with HF_HUB_OFFLINE=1, or pass --source with a local copy; set HF_ENDPOINT for a mirror"
+        )
 
     try:
         with redacted_library_logs():

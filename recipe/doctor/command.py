@@ -40,6 +40,7 @@ from recipe.device import detect_device
 from recipe.doctor import checks, facts
 from recipe.doctor.runner import CheckResult, run_probe
 from recipe.errors import RecipeConfigError
+from recipe.help import add_command
 
 EXIT_OK, EXIT_FAILED, EXIT_CANNOT_RUN = 0, 1, 2
 #: Version of the `--json` document's shape; bumped when a field changes meaning or goes away.
@@ -58,8 +59,15 @@ def _positive_seconds(text: str) -> float:
 
 def add_doctor_parser(commands: Any) -> None:
     """Register `doctor` on the CLI's subcommands."""
-    doctor = commands.add_parser(
-        "doctor", help="check this image and machine: environment report, then ok/warn/fail checks"
+    doctor = add_command(
+        commands, "doctor",
+        summary="check this image and machine: environment report, then ok/warn/fail checks",
+        description="Print an environment report (image labels, locks, Python, framework versions, driver, "
+        "devices seen and why), then run timed checks, each ok, warn or fail with one line of reason: every "
+        "distribution the trainer needs imports, Transformer Engine or torch_npu, Triton, the allocator switch, "
+        "user and volumes, versions against labels, and with a device a matmul, a collective and memory.",
+        exit_codes={0: "every check ok (warnings allowed)", 1: "a check failed", 2: "doctor cannot run (bad settings)"},
+        examples=["entrypoint.py doctor", "entrypoint.py doctor --json --only 'import:*'"],
     )
     doctor.add_argument("--json", action="store_true", help="one JSON document on stdout")
     doctor.add_argument(

@@ -155,9 +155,7 @@ def export_latest(
     Raises ExportError when there is nothing to export, and whatever Megatron-Bridge
     raises when strict=True finds a mismatch.
     """
-    import torch
-    from megatron.bridge import AutoBridge
-
+    # The inputs first: a missing checkpoint or model is one line, before seconds of imports.
     step_dir = latest_checkpoint(Path(checkpoint_dir))
     dist_ckpt = step_dir / DIST_CKPT_SUBDIR
     if not dist_ckpt.is_dir():
@@ -171,6 +169,16 @@ def export_latest(
         raise ExportError(f"MODEL_PATH={str(model_path)!r}: no config.json there")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ExportError(f"{out_dir}: not empty (an export never mixes with older files)")
+    try:
+        import torch
+        from megatron.bridge import AutoBridge
+    except Exception as error:  # noqa: BLE001 - any failure to load is the same answer: not here
+        # Megatron-Bridge 0.6.2 needs Python >= 3.12 (typing.override) and its GPU stack; a
+        # development venv on 3.11 has neither. One line, not the import's traceback.
+        raise ExportError(
+            f"Megatron-Bridge cannot be loaded here ({type(error).__name__}: {error}); export runs in the "
+            "image: docker compose run --rm gpu export --out DIR (or npu)"
+        ) from None
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
 
     _ensure_world()

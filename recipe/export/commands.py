@@ -17,19 +17,22 @@ from typing import Any
 
 from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS
 from recipe.export.report import ExportReport, printable
+from recipe.help import add_command
 
 EXIT_UNCHECKABLE = 2
 
 
 def add_export_commands(commands: Any) -> None:
     """Add `verify-export` and `export` to an argparse subparsers object."""
-    verify = commands.add_parser(
-        "verify-export",
-        help="check an exported Hugging Face checkpoint (exit 1 when broken)",
+    verify = add_command(
+        commands, "verify-export",
+        summary="check an exported Hugging Face checkpoint (exit 1 when broken)",
         description="Compare the tensors in DIR's safetensors shards, its index and what the model class of "
         "DIR/config.json expects; report missing, unexpected, mis-shaped and ghost tensors and classify the "
         "export as complete, lenient or broken. DIR may also be a checkpoint directory: its newest HF export "
         "is checked.",
+        exit_codes={0: "complete or lenient", 1: "broken", 2: "cannot check (no export, unreadable files)"},
+        examples=["entrypoint.py verify-export /checkpoints/grpo/exp/global_step_20/actor/huggingface"],
     )
     verify.add_argument("directory", type=Path, metavar="DIR")
     _common(verify)
@@ -40,9 +43,14 @@ def add_export_commands(commands: Any) -> None:
         help="the checkpoint the export started from (e.g. $MODEL_PATH): also report what the export dropped",
     )
 
-    export = commands.add_parser(
-        "export",
-        help="export the newest verl Megatron checkpoint to Hugging Face with Megatron-Bridge, then check it",
+    export = add_command(
+        commands, "export",
+        summary="export the newest verl Megatron checkpoint to Hugging Face with Megatron-Bridge, then check it",
+        description="Find the newest verl Megatron (dist) checkpoint of this experiment, load it with "
+        "Megatron-Bridge into the model of MODEL_PATH, write Hugging Face safetensors to OUT (leniently by "
+        "default: what matches is written and the rest reported), then check OUT as verify-export does.",
+        exit_codes={0: "written; complete or lenient", 1: "written but broken", 2: "cannot export or check: nothing written"},
+        examples=["entrypoint.py export --out /checkpoints/hf-export"],
     )
     export.add_argument("--out", type=Path, required=True, metavar="DIR", help="an empty or new directory")
     export.add_argument("--checkpoint-dir", type=Path, metavar="DIR", help="default: this experiment's checkpoints")

@@ -30,9 +30,13 @@ def test_plan_ray_role(nnodes: int, rank: int, master: str | None, ray_address: 
     assert role.starts_ray is (kind in ("head", "worker"))
 
 
-def test_head_without_master_addr_advertises_its_hostname() -> None:
-    role = cluster.plan_ray_role(2, 0, None, 6380, None)
-    assert role.address == f"{socket.gethostname()}:6380"
+def test_head_without_master_addr_is_refused_too() -> None:
+    # A head that guessed its own address could not be joined by workers never told it.
+    with pytest.raises(cluster.ClusterError) as caught:
+        cluster.plan_ray_role(2, 0, None, 6380, None)
+    assert caught.value.problems == [
+        "MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES=2 and NODE_RANK=0 (or RAY_ADDRESS a running cluster)"
+    ]
 
 
 def test_every_bad_variable_is_reported_at_once() -> None:
@@ -41,13 +45,13 @@ def test_every_bad_variable_is_reported_at_once() -> None:
     assert caught.value.problems == [
         "NODE_RANK=2: must be in [0, NNODES=2)",
         "RAY_PORT=70000: must be a TCP port in [1, 65535]",
-        "MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES=2 and NODE_RANK=2",
+        "MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES=2 and NODE_RANK=2 (or RAY_ADDRESS a running cluster)",
     ]
 
 
 def test_worker_needs_master_addr() -> None:
     assert cluster.cluster_problems(2, 1, None, 6379) == [
-        "MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES=2 and NODE_RANK=1"
+        "MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES=2 and NODE_RANK=1 (or RAY_ADDRESS a running cluster)"
     ]
     assert cluster.cluster_problems(2, 1, "h", 6379) == []
 

@@ -120,7 +120,7 @@ def test_fixed_batches_over_data_parallel_on_gpu_only() -> None:
 def test_several_nodes_need_an_address_and_a_rank_below_nnodes() -> None:
     problems = _problems(NNODES=2, NODE_RANK=2)
     assert "NODE_RANK=2: must be in [0, NNODES=2)" in problems
-    assert "MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES=2 and NODE_RANK=2" in problems
+    assert "MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES=2 and NODE_RANK=2 (or RAY_ADDRESS a running cluster)" in problems
 
 
 def test_all_violations_are_reported_together() -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import assume, given, settings as hsettings, strategies as st
 
 from recipe.errors import RecipeConfigError
-from recipe.settings import REDACTED, load_settings
+from recipe.settings import REDACTED, Settings, load_settings
 
 from .envtools import clear_settings
 
@@ -81,3 +81,51 @@ def test_any_non_positive_or_non_integer_size_is_one_line_naming_it(name: str, v
             load_settings()
     assert len(caught.value.problems) == 1
     assert caught.value.problems[0].startswith(f"{name}={value!r}: ")
+
+
+# --- names almost like a setting's (issue 13, item 5) ------------------------------------------
+
+#: What a shell, a container, CI, Kubernetes, Ray, the collectives and compose put in the environment.
+USUAL_ENVIRONMENT = [
+    "PATH", "HOME", "HOSTNAME", "LANG", "TERM", "SHLVL", "PWD", "OLDPWD", "USER", "SHELL", "VIRTUAL_ENV", "TZ",
+    "CI", "TMPDIR", "LD_LIBRARY_PATH", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_NAME", "POD_NAME",
+    "DEVICE_ID", "RAY_GCS_PORT", "RAY_NODE_IP", "NCCL_SOCKET_IFNAME", "HCCL_CONNECT_TIMEOUT", "CUDA_HOME",
+    "HF_HOME", "NVIDIA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "HOST_CHECKPOINTS_DIR", "HOST_DATA_DIR",
+    "GPU_IMAGE", "NPU_IMAGE", "SHM_SIZE", "RESTART_POLICY", "HWHIAIUSER_GID", "TINI_SUBREAPER", "KUBERNETES_PORT",
+]  # fmt: skip
+
+
+def test_a_typo_of_a_setting_is_named_with_the_setting() -> None:
+    from recipe.settings import near_miss_warnings
+
+    assert near_miss_warnings({"TPP": "2"}) == ["TPP is not a setting (ignored); did you mean TP?"]
+    assert near_miss_warnings({"NNODE": "2"}) == ["NNODE is not a setting (ignored); did you mean NNODES?"]
+
+
+def test_the_usual_environment_and_the_settings_themselves_never_warn() -> None:
+    from recipe.settings import Settings, near_miss_warnings
+
+    assert near_miss_warnings(dict.fromkeys(USUAL_ENVIRONMENT, "x")) == []
+    assert near_miss_warnings({name.upper(): "1" for name in Settings.model_fields}) == []
+
+
+LONG_NAMES = sorted(n.upper() for n in Settings.model_fields if len(n) >= 6 and not n.upper().startswith(("RAY_", "HF_", "WANDB_")))
+
+
+@hsettings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(LONG_NAMES), data=st.data())
+def test_any_one_letter_slip_in_a_long_name_is_caught(name: str, data: st.DataObject) -> None:
+    from recipe.settings import near_miss_warnings
+
+    at = data.draw(st.integers(0, len(name) - 1))
+    kind = data.draw(st.sampled_from(["drop", "double", "swap", "replace"]))
+    letter = data.draw(st.sampled_from("ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
+    typo = {
+        "drop": name[:at] + name[at + 1 :],
+        "double": name[:at] + name[at] + name[at:],
+        "swap": name[:at] + name[at + 1 : at + 2] + name[at : at + 1] + name[at + 2 :],
+        "replace": name[:at] + letter + name[at + 1 :],
+    }[kind]
+    assume(typo != name and typo.upper() not in {n.upper() for n in Settings.model_fields} and typo[:1].isalpha())
+    warnings = near_miss_warnings({typo: "1"})
+    assert len(warnings) == 1 and warnings[0].startswith(f"{typo} is not a setting (ignored); did you mean ")

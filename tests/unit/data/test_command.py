@@ -6,6 +6,7 @@ import argparse
 import http.server
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -191,3 +192,58 @@ def test_a_hub_error_never_prints_the_token_or_the_endpoint(
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert token.encode() not in path.read_bytes(), path
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+def _prepare_in_process(tmp_path: Path, argv: list[str], **env_values: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING")) and "proxy" not in k.lower()}
+    env |= {"HF_HOME": str(tmp_path / "hf-home"), "PYTHONPATH": str(REPO), **env_values}
+    script = textwrap.dedent(
+        f"""
+        import argparse, sys
+        from pathlib import Path
+        from recipe.cli import main
+        sys.exit(main({argv!r}))
+        """
+    )
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_no_network_fails_fast_in_one_line_and_writes_nothing(tmp_path: Path, needs_datasets: None) -> None:
+    # A hub nobody answers for: refused at once, no retry lines, no files.
+    endpoint = f"http://127.0.0.1:{_closed_port()}/hub-token-in-path"
+    done = _prepare_in_process(tmp_path, ["prepare-data", "gsm8k", "--out", str(tmp_path / "out")], HF_ENDPOINT=endpoint)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[-1].startswith("prepare-data: gsm8k: cannot reach the Hugging Face hub: no connection to the hub's host")
+    assert len(lines) <= 2, lines  # the "loading ..." line, then the answer
+    assert endpoint not in done.stderr and "hub-token-in-path" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_offline_hub_is_not_probed(tmp_path: Path) -> None:
+    from recipe.data.source import hub_unreachable
+
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    assert hub_unreachable({"HF_ENDPOINT": closed}, timeout_s=2).startswith("no connection")  # type: ignore[union-attr]
+    assert hub_unreachable({"HF_ENDPOINT": closed, "HF_HUB_OFFLINE": "1"}) is None
+    assert hub_unreachable({"HF_ENDPOINT": closed, "HTTPS_PROXY": "http://proxy:3128"}) is None
+    assert hub_unreachable({"HF_ENDPOINT": "not a url"}) == "HF_ENDPOINT is not a URL"
+
+
+@pytest.mark.parametrize("case", ["a file", "below a file"])
+def test_an_unwritable_out_is_exit_2_before_any_download(tmp_path: Path, case: str) -> None:
+    # (A read-only parent is refused by the same check, os.access; as root, as here, it is writable.)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    out = {"a file": blocker, "below a file": blocker / "x"}[case]
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    done = _prepare_in_process(tmp_path, ["prepare-data", "gsm8k", "--out", str(out)], HF_ENDPOINT=endpoint)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: --out={out}: "), done.stderr
+    assert "loading" not in done.stderr and "hub" not in done.stderr

@@ -362,6 +362,7 @@ def test_images_from_the_hub_must_carry_their_bytes(tmp_path: Path, monkeypatch:
     source = write_geo3k_parquet(tmp_path / "like-the-hub", [["/proc/self/environ"]])
     loaded = datasets.load_dataset(str(source))
     monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: loaded)
+    monkeypatch.setattr("recipe.data.source.hub_unreachable", lambda *args, **kwargs: None)  # the hub answers
     [problem] = refused("geo3k", tmp_path / "out", None)
     assert problem == (
         "geo3k train row 0: images[0] path '/proc/self/environ' has no bytes; "
@@ -502,6 +503,7 @@ def test_an_empty_split_from_the_hub_is_refused(tmp_path: Path, monkeypatch: pyt
         }
     )
     monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: loaded)
+    monkeypatch.setattr("recipe.data.source.hub_unreachable", lambda *args, **kwargs: None)  # the hub answers
     assert refused("gsm8k", tmp_path / "out", None) == ["openai/gsm8k: split 'test' has no rows"]
 
 

@@ -239,8 +239,8 @@ def test_output_folder_that_cannot_be_made_is_a_config_error(geo3k_source: Path,
     with pytest.raises(RecipeConfigError) as caught:
         prepare_dataset("geo3k", blocker / "geo3k", geo3k_source, progress=quiet)
     [problem] = caught.value.problems
-    assert problem.startswith(f"{blocker / 'geo3k'}: cannot create the output directory (")
-    assert problem.endswith("check DATA_DIR or --out")
+    # Said before the source is even read (prepare.output_problem).
+    assert problem == f"--out={blocker / 'geo3k'}: {blocker} is not a directory; check DATA_DIR or --out"
 
 
 def test_unknown_dataset_is_a_config_error(tmp_path: Path) -> None:
@@ -305,6 +305,8 @@ def test_hub_failure_names_the_remedy_and_never_the_token_or_endpoint(
     monkeypatch.setenv("HF_TOKEN", token)
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    # The host answers (prepare-data's own probe passes); the hub then fails mid-way.
+    monkeypatch.setattr("recipe.data.source.hub_unreachable", lambda *args, **kwargs: None)
     try:
         with pytest.raises(DataPreparationError) as caught:
             prepare_dataset("geo3k", tmp_path / "out", None, progress=quiet)

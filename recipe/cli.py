@@ -30,7 +30,7 @@ import threading
 from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from recipe import cluster
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
@@ -41,6 +41,8 @@ from recipe.export.commands import add_export_commands, run_export, run_verify_e
 from recipe.export.watch import MANIFEST, REPORT_NAME, watch_exports
 from recipe.launch import checkpoint_root, resume_mode_problem
 from recipe.plan import Plan, build_plan
+from recipe.provenance import copy_into_new_steps, write_record
+from recipe.replay import add_replay_parser, run_replay
 from recipe.settings import Settings, load_settings, near_miss_warnings
 
 logger = logging.getLogger("recipe")
@@ -107,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     add_prepare_data_parser(commands)
     add_export_commands(commands)
     add_doctor_parser(commands)
+    add_replay_parser(commands)
     return parser
 
 
@@ -360,12 +363,23 @@ def _prepare_smoke(root: Path) -> None:
 
 @contextmanager
 def _export_watcher(plan: Plan) -> Iterator[None]:
-    """Check each HF export as soon as verl finishes that save; loud (ERROR) when broken."""
+    """Check each HF export as soon as verl finishes that save; loud (ERROR) when broken.
+
+    The run record goes in first, and into each step saved from now on, so that any
+    checkpoint says what made it.
+    """
+    root = checkpoint_root(plan.settings)
+    existing = {step.name for step in root.glob("global_step_*")}
+    record_path = write_record(root, plan.provenance)
+
+    def on_report(export: Any, report: Any) -> None:
+        copy_into_new_steps(root, existing, record_path)
+
     stop = threading.Event()
     watcher = threading.Thread(
         target=watch_exports,
-        args=(checkpoint_root(plan.settings), stop),
-        kwargs={"reference": plan.settings.model_path},
+        args=(root, stop),
+        kwargs={"reference": plan.settings.model_path, "on_report": on_report},
         name="hf-export-check",
         daemon=True,
     )
@@ -375,6 +389,7 @@ def _export_watcher(plan: Plan) -> Iterator[None]:
     finally:
         stop.set()  # one last sweep: the final save lands right before the trainer exits
         watcher.join(timeout=600)
+        copy_into_new_steps(root, existing, record_path)  # also steps saved without an HF export
 
 
 def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
@@ -460,6 +475,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if args.command == "doctor":
         return run_doctor(args)  # reads its settings itself; exit 2 when it cannot run
+    if args.command == "replay":
+        return run_replay(args)  # needs no settings: the record holds them
     if args.command == "verify-export":
         # Needs no settings: checking a directory must work whatever the environment says.
         return run_verify_export(args)

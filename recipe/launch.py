@@ -147,6 +147,8 @@ def build_overrides(
     _add(o, "data.max_response_length", 2048)
     _add(o, "data.truncation", "error")
     _add(o, "data.filter_overlong_prompts", True)
+    # Seeds pinned, not left to verl's defaults (data.seed is null there): the run record holds them.
+    _add(o, "data.seed", settings.seed, setting="SEED")
 
     # Algorithm: GRPO, KL as a loss term rather than in the reward.
     _add(o, "algorithm.adv_estimator", "grpo")
@@ -168,6 +170,8 @@ def build_overrides(
     _add(o, f"{actor}.kl_loss_coef", 0.01)
     _add(o, f"{actor}.kl_loss_type", "low_var_kl")
     _add(o, f"{actor}.entropy_coeff", 0)
+    _add(o, f"{actor}.data_loader_seed", settings.seed, setting="SEED")
+    _add(o, f"{actor}.megatron.seed", settings.seed, setting="SEED")
     # Megatron-Bridge path on both targets: only there does checkpoint.strict reach
     # bridge.save_hf_weights (vanilla mbridge ignores it, and is deprecated in 0.9.1).
     _add(o, f"{actor}.megatron.use_mbridge", True)
@@ -208,6 +212,7 @@ def build_overrides(
     _add(o, f"{rollout}.gpu_memory_utilization", 0.65 if npu else 0.6)
     _add(o, f"{rollout}.n", settings.rollout_n, setting="ROLLOUT_N")
     _add(o, f"{rollout}.dtype", "bfloat16")
+    _add(o, f"{rollout}.seed", settings.seed, setting="SEED")
     for section in (rollout, ref):
         _add(o, f"{section}.log_prob_micro_batch_size_per_gpu", 1)
         _add(o, f"{section}.log_prob_use_dynamic_bsz", dynamic)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
@@ -23,17 +23,20 @@ from recipe.launch import (
     Override,
     _first_line,
     build_overrides,
+    checkpoint_root,
     check_user_overrides,
     decided_keys,
     hydra_override_parser,
     is_secret_name,
     merge_user_overrides,
+    override_value,
     resume_mode_problem,
     runtime_environment,
     trainer_argv,
 )
 from recipe.layout import ParallelLayout, resolve_layout
 from recipe.models import ModelSource, load_architecture
+from recipe.provenance import RECORD_NAME, build_record, drift_problems, read_record
 from recipe.settings import Settings
 
 T = TypeVar("T")
@@ -52,6 +55,10 @@ class Plan:
     env: dict[str, str | None]
     overrides: list[str]
     argv: list[str]
+    #: What the run is made of (recipe.provenance); deterministic for unchanged inputs.
+    provenance: dict[str, Any] = field(default_factory=dict)
+    #: Drift since the checkpoint's run started that ALLOW_DRIFT accepted, one line each.
+    drift_accepted: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready document (secrets redacted)."""
@@ -65,6 +72,8 @@ class Plan:
             "env": self.env,
             "overrides": self.overrides,
             "argv": self.argv,
+            "provenance": self.provenance,
+            "drift_accepted": self.drift_accepted,
         }
 
     def to_json(self) -> str:
@@ -85,6 +94,8 @@ class Plan:
             lines.append(f"         defaults used for: {', '.join(defaulted)}")
         lines.append(f"memory   {self.allocator.variable}={self.allocator.value or '(unset)'}: {self.allocator.reason}")
         lines.append("env      " + " ".join(f"{k}={'(unset)' if v is None else v}" for k, v in self.env.items()))
+        for line in self.drift_accepted:
+            lines.append(f"drift    {line}")
         lines.append("command  " + shlex.join(self.argv))
         return "\n".join(lines)
 
@@ -136,7 +147,49 @@ def build_plan(
         problems += verl_config_problems(recipe_overrides, overrides, accepted)
     if problems:
         raise RecipeConfigError(problems)
-    return Plan(settings, device, model, layout, allocator, env, overrides, trainer_argv(overrides))
+    record = build_record(
+        settings_shown=settings.redacted(),
+        setting_keys=decided_keys(recipe_overrides),
+        layout={k: v for k, v in layout.to_dict().items() if k in LAYOUT_FIELDS},
+        overrides=overrides,
+        extra_overrides=[str(o) for o in accepted],
+        model_dir=model_dir,
+        train_files=settings.resolved_train_files,
+        val_files=settings.resolved_val_files,
+        environ=environ,
+    )
+    drift_accepted = _drift_guard(settings, overrides, record)
+    return Plan(
+        settings, device, model, layout, allocator, env, overrides, trainer_argv(overrides), record, drift_accepted
+    )
+
+
+#: The layout's numbers that decide the math (its `sources` only say where each came from).
+LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "etp", "gen_tp", "nnodes", "ndevices_per_node", "world_size", "dp")
+#: verl 0.9.1's tracker of the newest save in trainer.default_local_dir: present, verl resumes.
+TRACKER_NAME = "latest_checkpointed_iteration.txt"
+
+
+def _drift_guard(settings: Settings, overrides: Sequence[str], record: dict[str, Any]) -> list[str]:
+    """Compare with the record of the run verl would resume; refuse drift (exit 2), return what ALLOW_DRIFT accepted."""
+    if override_value(overrides, "trainer.resume_mode") != "auto":
+        return []  # a fresh start, or a step the user picked with resume_path
+    root = Path(override_value(overrides, "trainer.default_local_dir") or checkpoint_root(settings))
+    if not (root / TRACKER_NAME).exists():
+        return []  # nothing to resume: verl starts afresh
+    path = root / RECORD_NAME
+    try:
+        stored = read_record(path)
+    except (OSError, ValueError) as error:
+        raise RecipeConfigError(
+            [f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: {error}; move it away to resume without a drift check"]
+        ) from None
+    if stored is None:
+        return []  # a checkpoint from before run records: nothing to compare with
+    refused, accepted = drift_problems(stored, record, settings.allowed_drift, path)
+    if refused:
+        raise RecipeConfigError(refused)
+    return accepted
 
 
 def _profile_override(text: str) -> Override:

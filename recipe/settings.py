@@ -143,6 +143,16 @@ class Settings(BaseSettings):
     export_strict: bool = Field(
         False, description="Megatron-Bridge strict key matching at HF export; False writes what matches and reports."
     )
+    seed: int = Field(
+        42, ge=0, le=2**31 - 1, description="Seed of the data order, Megatron's initialisation and the rollout's sampling."
+    )
+    allow_drift: str | None = Field(
+        None,
+        description=(
+            "Comma-separated fields whose change since the checkpoint's run started a resume accepts "
+            "(TRAIN_FILES, MODEL_PATH, FRAMEWORKS, RECIPE, IMAGE, a setting, or a Hydra key); see Reproducibility."
+        ),
+    )
     expandable_segments: bool = Field(
         True,
         description=(
@@ -211,6 +221,22 @@ class Settings(BaseSettings):
         if problem:
             raise ValueError(problem)
         return value
+
+    @field_validator("allow_drift")
+    @classmethod
+    def _drift_fields(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        fields = [field.strip() for field in value.split(",")]
+        bad = [field for field in fields if not re.fullmatch(r"[A-Za-z0-9_.]+", field)]
+        if bad:
+            raise ValueError(f"must be field names separated by commas (TRAIN_FILES,MODEL_PATH,...); not {bad[0]!r}")
+        return ",".join(fields)
+
+    @property
+    def allowed_drift(self) -> list[str]:
+        """The fields ALLOW_DRIFT names."""
+        return self.allow_drift.split(",") if self.allow_drift else []
 
     @field_validator("save_freq", "test_freq")
     @classmethod

@@ -8,6 +8,8 @@ one. Running it again rewrites the same bytes for the same source.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from recipe.data.guard import DEFAULT_MAX_IMAGE_BYTES, ImagePolicy, shown, summa
 from recipe.data.source import describe_exception, load_source
 from recipe.data.specs import SPECS, SPLITS, DatasetName, DatasetSpec, output_features
 from recipe.errors import RecipeConfigError
+from recipe.provenance import sha256_file
 
 if TYPE_CHECKING:
     import datasets
@@ -152,6 +155,35 @@ def _check_written(path: Path, rows: int) -> None:
         raise DataPreparationError(f"{path}: wrote {written} rows, expected {rows}")
 
 
+#: Written beside the parquet files: where they came from (the source's revision) and their hashes.
+MANIFEST_NAME = "manifest.json"
+
+
+def _manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+def source_revision(spec: DatasetSpec, source: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """What the data came from, so that the same files can be traced (and made) again.
+
+    From the hub: the dataset repository's commit (asked of the hub; null offline, with the
+    reason). From --source: a sha256 over its files' relative paths and contents, sorted.
+    """
+    if source is None:
+        try:
+            from huggingface_hub import HfApi
+
+            commit = HfApi().dataset_info(spec.hub_id).sha
+            return {"hub": spec.hub_id, "revision": commit}
+        except Exception as error:  # noqa: BLE001 - offline or refused: the files are still right
+            return {"hub": spec.hub_id, "revision": None, "why": f"not asked of the hub ({type(error).__name__})"}
+    root = Path(source).expanduser()
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_file(path)}\n".encode())
+    return {"path": str(root), "content_sha256": digest.hexdigest()}
+
+
 def output_problem(out: Path) -> str | None:
     """Why OUT cannot receive the files (one line naming it), or None; creates nothing.
 
@@ -227,14 +259,19 @@ def prepare_dataset(
         say(f"removed {leftover}, left by an interrupted run")
 
     written: list[PreparedFile] = []
+    revision = source_revision(spec, source)
     try:
         with AtomicFileSet() as files:
+            digests = {}
             for split, target in targets.items():
                 rows = converted[split]
                 say(f"{spec.name} {split}: writing {len(rows)} rows")
                 staged = files.stage(target, _parquet_writer(rows, batch_size))
                 _check_written(staged, len(rows))
                 written.append(PreparedFile(split, target, len(rows), staged.stat().st_size))
+                digests[split] = {"file": target.name, "rows": len(rows), "sha256": sha256_file(staged)}
+            manifest = {"dataset": spec.name, "data_source": spec.hub_id, "source": revision, "files": digests}
+            files.stage(out / MANIFEST_NAME, lambda handle: handle.write(_manifest_bytes(manifest)))
             files.commit()
     except OSError as exc:
         raise DataPreparationError(f"{spec.name}: writing to {out} failed ({describe_exception(exc)})") from None

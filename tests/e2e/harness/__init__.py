@@ -1,0 +1,1 @@
+"""The e2e harness: assets, the recipe's plan with the CPU mapping, the trainer under a timeout."""

@@ -1,0 +1,63 @@
+"""The Hugging Face export Megatron-Bridge wrote at the saves, checked by the recipe's own tools."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.e2e.conftest import E2ERun
+from tests.e2e.harness.checks import changed_tensors, hf_weights, verify_export
+from tests.e2e.harness.withhold import copy_without
+
+#: A tensor the model needs but whose absence is not critical (not embeddings, lm_head, a norm, a whole layer).
+ORDINARY = "model.layers.0.mlp.down_proj.weight"
+#: A critical one: the export is broken without it whatever is allowed (docs/export.md).
+CRITICAL = "model.embed_tokens.weight"
+
+
+def test_step_2_export_exists(e2e: E2ERun) -> None:
+    """verl saved step 2 with hf_model: Megatron-Bridge's safetensors and the config beside them."""
+    export = e2e.hf_export(2)
+    assert (export / "config.json").is_file()
+    assert list(export.glob("*.safetensors")), f"no safetensors in {export}"
+
+
+def test_step_2_export_loads_and_was_trained(e2e: E2ERun) -> None:
+    """transformers loads the export with every tensor of the initial model, and the weights moved."""
+    changed = changed_tensors(hf_weights(e2e.assets.model), hf_weights(e2e.hf_export(2)))
+    assert changed, "the exported weights equal the initial ones: no update reached the export"
+
+
+def test_verify_export_says_complete(e2e: E2ERun) -> None:
+    """The recipe's verify-export, on the checkpoint directory (it picks the newest export), says COMPLETE."""
+    code, report = verify_export(e2e.root, "--reference", str(e2e.assets.model))
+    assert (code, report["status"]) == (0, "complete"), report
+    assert Path(report["directory"]) == e2e.hf_export(2)
+    assert report["dropped"] == []
+
+
+def test_watcher_reported_every_save(e2e: E2ERun) -> None:
+    """The recipe's watcher, beside the trainer, checked both saves and wrote its report beside each."""
+    assert sorted(e2e.watcher_reports) == [1, 2]
+    for step in (1, 2):
+        assert e2e.watcher_reports[step] is not None and e2e.watcher_reports[step].status == "complete"
+        report = json.loads((e2e.hf_export(step).parent / "hf_export_report.json").read_text())
+        assert report["status"] == "complete"
+
+
+def test_withheld_tensor_is_broken_unless_allowed(e2e: E2ERun, tmp_path: Path) -> None:
+    """A lenient export missing an ordinary tensor: BROKEN (exit 1); LENIENT (exit 0) when --allow names it."""
+    lenient = copy_without(e2e.hf_export(2), tmp_path / "lenient", [ORDINARY])
+    code, report = verify_export(lenient)
+    assert (code, report["status"], report["missing"]) == (1, "broken", [ORDINARY])
+    code, report = verify_export(lenient, "--allow", r"^model\.layers\.0\.mlp\.down_proj\.")
+    assert (code, report["status"]) == (0, "lenient")
+    assert report["allowed"] and ORDINARY in report["allowed"][0]
+
+
+def test_withheld_critical_tensor_is_broken_even_if_allowed(e2e: E2ERun, tmp_path: Path) -> None:
+    """Without the embeddings an export is BROKEN whatever --allow says."""
+    damaged = copy_without(e2e.hf_export(2), tmp_path / "critical", [CRITICAL])
+    code, report = verify_export(damaged, "--allow", "embed_tokens")
+    assert (code, report["status"]) == (1, "broken")
+    assert any(CRITICAL in line for line in report["critical"])

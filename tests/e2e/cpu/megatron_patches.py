@@ -9,66 +9,22 @@ and names the line it works around; all wait for their module to be imported.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
 import types
-import typing
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from tests.e2e.cpu.hooks import after_import, log
+from tests.support.megatron_py311 import install_shims
 
 # (M1) megatron/bridge/models/model_provider.py (and others) `from typing import override`, new in
-# Python 3.12; the e2e venv is 3.11 (the machine has no 3.12 with these wheels). Same as tests/bridge.
-if not hasattr(typing, "override"):
-    import typing_extensions
-
-    typing.override = typing_extensions.override  # type: ignore[attr-defined]
-
-
-class _StubModule(types.ModuleType):
-    """Any attribute: a fresh class for Capitalised names, else a submodule."""
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        value: Any = type(attr, (), {}) if attr[:1].isupper() else _StubModule(f"{self.__name__}.{attr}")
-        setattr(self, attr, value)
-        return value
-
-
-LORA_LAYERS = "megatron/bridge/peft/lora_layers.py"
-
-
-class _LoraOnlyTransformerEngine(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """(M2) megatron/bridge/peft/lora_layers.py:17 imports transformer_engine unconditionally, for LoRA
-    classes this run never builds. Serve a stub to that file only: every other importer still finds
-    no Transformer Engine, so megatron-core keeps its local code paths (as tests/bridge/conftest.py)."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname.split(".")[0] != "transformer_engine":
-            return None
-        frame = sys._getframe(1)
-        while frame is not None:
-            if frame.f_code.co_filename.replace("\\", "/").endswith(LORA_LAYERS):
-                return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-            frame = frame.f_back
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = _StubModule(spec.name)
-        module.__path__ = []  # type: ignore[attr-defined]
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
-
-
-if not any(isinstance(finder, _LoraOnlyTransformerEngine) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _LoraOnlyTransformerEngine())
+# Python 3.12; the e2e venv is 3.11 (the machine has no 3.12 with these wheels). (M2)
+# megatron/bridge/peft/lora_layers.py:17 imports transformer_engine unconditionally, for LoRA
+# classes this run never builds: a stub is served to that file only, so megatron-core keeps its
+# local code paths. Both are tests/bridge's shims, shared.
+install_shims()
 
 #: Fused kernels that exist only in Transformer Engine / apex / CUDA: off on CPU.
 FUSIONS_OFF = (

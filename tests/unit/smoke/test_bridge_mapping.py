@@ -30,7 +30,7 @@ def auto_bridge() -> Any:
     import typing
 
     if not hasattr(typing, "override") or importlib.util.find_spec("transformer_engine") is None:
-        importlib.import_module("tests.bridge.conftest").install_shims()
+        importlib.import_module("tests.support.megatron_py311").install_shims()
     from megatron.bridge import AutoBridge
 
     return AutoBridge

@@ -40,7 +40,7 @@ from recipe.help import add_command
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.watch import MANIFEST, REPORT_NAME, watch_exports
 from recipe.launch import checkpoint_root, resume_mode_problem
-from recipe.plan import Plan, build_plan
+from recipe.plan import Plan, TRACKER_NAME, build_plan
 from recipe.provenance import copy_into_new_steps, write_record
 from recipe.replay import add_replay_parser, run_replay
 from recipe.settings import Settings, load_settings, near_miss_warnings
@@ -176,8 +176,6 @@ def run_problems(plan: Plan) -> list[str]:
     return problems
 
 
-#: verl 0.9.1's tracker of the newest save, in trainer.default_local_dir (checkpoint_manager.py).
-TRACKER_NAME = "latest_checkpointed_iteration.txt"
 #: Where verl 0.9.1's Megatron checkpoint manager loads the HF weights of a step from
 #: (get_hf_model_checkpoint_path: <step>/actor/model/huggingface; the pre-v2 layout it refuses).
 RESUMED_HF_DIR = "actor/model/huggingface"

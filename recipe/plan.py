@@ -166,7 +166,8 @@ def build_plan(
 
 #: The layout's numbers that decide the math (its `sources` only say where each came from).
 LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "etp", "gen_tp", "nnodes", "ndevices_per_node", "world_size", "dp")
-#: verl 0.9.1's tracker of the newest save in trainer.default_local_dir: present, verl resumes.
+#: verl 0.9.1's tracker of the newest save, in trainer.default_local_dir (checkpoint_manager.py):
+#: present, verl resumes (the drift guard here and the resume guard of recipe.cli both read it).
 TRACKER_NAME = "latest_checkpointed_iteration.txt"
 
 

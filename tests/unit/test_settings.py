@@ -129,3 +129,21 @@ def test_any_one_letter_slip_in_a_long_name_is_caught(name: str, data: st.DataOb
     assume(typo != name and typo.upper() not in {n.upper() for n in Settings.model_fields} and typo[:1].isalpha())
     warnings = near_miss_warnings({typo: "1"})
     assert len(warnings) == 1 and warnings[0].startswith(f"{typo} is not a setting (ignored); did you mean ")
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(value=st.text(min_size=1, max_size=30).filter(lambda s: s.strip() and "\x00" not in s))
+def test_allow_drift_takes_only_field_names(value: str) -> None:
+    # Read by the real loader from the environment, as the entrypoint does.
+    import re
+
+    valid = all(re.fullmatch(r"[A-Za-z0-9_.]+", field.strip()) for field in value.split(","))
+    with pytest.MonkeyPatch.context() as patch:
+        clear_settings(patch)
+        patch.setenv("ALLOW_DRIFT", value)
+        if valid:
+            assert load_settings().allowed_drift == [field.strip() for field in value.split(",")]
+        else:
+            with pytest.raises(RecipeConfigError) as caught:
+                load_settings()
+            assert any(p.startswith("ALLOW_DRIFT=") for p in caught.value.problems), caught.value.problems

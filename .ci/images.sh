@@ -57,13 +57,15 @@ print_phases() {
 }
 
 install_tools() {
-    if [ -x /usr/sbin/dockerd ] && [ -x "$DOCKER" ] && command -v mmdebstrap >/dev/null; then
+    # buildah and skopeo: the reproducibility check (.ci/reproducible-recipe.sh).
+    if [ -x /usr/sbin/dockerd ] && [ -x "$DOCKER" ] && command -v mmdebstrap >/dev/null \
+        && command -v buildah >/dev/null && command -v skopeo >/dev/null; then
         return
     fi
-    log "installing docker.io and mmdebstrap"
+    log "installing docker.io, mmdebstrap, buildah and skopeo"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        docker.io mmdebstrap >/dev/null
+        docker.io mmdebstrap buildah skopeo >/dev/null
 }
 
 python312() {
@@ -177,7 +179,7 @@ build_gpu() {
     log "building grpo-recipe:gpu (full framework; log: $WORK/build-gpu.log)"
     if ! "$DOCKER" build --progress=plain -f "$REPO/docker/gpu/Dockerfile" \
         --build-arg PYTHON_IMAGE="$PYTHON_BASE" --build-arg MAX_JOBS="$MAX_JOBS" \
-        --build-arg RECIPE_VERSION="$VERSION" "${secret[@]}" \
+        --build-arg RECIPE_VERSION="$VERSION" --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" "${secret[@]}" \
         -t grpo-recipe:gpu "$REPO" >"$WORK/build-gpu.log" 2>&1; then
         tail -40 "$WORK/build-gpu.log"
         die "the gpu image did not build"
@@ -188,7 +190,7 @@ build_gpu() {
 build_npu_recipe() {
     "$DOCKER" build --quiet -f "$REPO/docker/npu/Dockerfile" --target recipe \
         --build-arg RECIPE_BASE="$STANDIN" --build-arg RECIPE_VERSION="$VERSION" \
-        -t grpo-recipe:npu "$REPO" >/dev/null
+        --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" -t grpo-recipe:npu "$REPO" >/dev/null
 }
 
 # The suite must be able to fail: an image whose user is root has to be caught.
@@ -211,6 +213,8 @@ main() {
     start_dockerd
     trap 'print_phases; stop_dockerd' EXIT
     VERSION="$(recipe_version)"
+    # The commit's time dates the recipe stage's files (docs/images.md, "Reproducible builds").
+    SOURCE_DATE_EPOCH="$(git -C "$REPO" log -1 --format=%ct)"
     phase "bases (mmdebstrap)"
     build_python_base
     build_standin_base
@@ -219,6 +223,9 @@ main() {
     phase "npu recipe stage on the stand-in"
     build_standin
     build_npu_recipe
+    phase "reproducible recipe stage"
+    STANDIN="$STANDIN" VERSION="$VERSION" PYTHON="$PYTHON" IMAGES_WORKDIR="$WORK" \
+        bash "$REPO/.ci/reproducible-recipe.sh"
     phase "image tests"
     check_root_is_caught
     local status=0

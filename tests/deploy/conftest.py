@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
+import tests.support.hypothesis_profile  # noqa: F401  (no deadline: a verdict never depends on the clock)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,6 +7,7 @@ from typing import Iterator
 import pytest
 
 from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
+import tests.support.hypothesis_profile  # noqa: F401  (no deadline: a verdict never depends on the clock)
 
 from .envtools import clear_settings
 from .raytools import ray_env, short_tmp  # noqa: F401  (fixtures of the Ray tests)

@@ -12,6 +12,9 @@ from recipe.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 ALLOC_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF")
+#: The limit on a subprocess or a thread that should end by itself: it stops a hang, it never
+#: judges speed, so it is far above any loaded machine's time (issue 13: a tight one flaked).
+HANG_GUARD_S = 600
 
 
 def clear_settings(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from .envtools import ENTRYPOINT, REPO, clear_settings, entrypoint_env
+from .envtools import ENTRYPOINT, HANG_GUARD_S, REPO, clear_settings, entrypoint_env
 from recipe import __version__
 from recipe.cli import main
 
 
 def _run(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ENTRYPOINT, *args], env=entrypoint_env(**settings), capture_output=True, text=True, timeout=60)
+    return subprocess.run([*ENTRYPOINT, *args], env=entrypoint_env(**settings), capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_plan_json_with_no_environment_is_one_json_document() -> None:
@@ -157,7 +157,7 @@ def test_execute_passes_sigterm_to_the_trainer_and_returns_its_code(tmp_path: Pa
     proc = subprocess.Popen([sys.executable, str(runner)], stdout=subprocess.PIPE, text=True, cwd=REPO, env=entrypoint_env())
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 43
+    assert proc.wait(timeout=HANG_GUARD_S) == 43
 
 
 def test_execute_reports_a_signal_death_as_128_plus_n() -> None:

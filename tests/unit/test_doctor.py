@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -149,19 +148,18 @@ def test_a_broken_package_first_on_pythonpath_fails_its_import_check(tmp_path: P
 
 def test_a_hung_import_is_a_fail_after_its_timeout_and_the_rest_still_run(tmp_path: Path) -> None:
     fakes = fake_packages(tmp_path / "fakes", mathruler="import time\ntime.sleep(120)\n")
-    began = time.monotonic()
     done = doctor(
         tmp_path, "--json", "--timeout", "3", "--only", "import:mathruler", "--only", "import:cachetools",
         "--only", "import:msgspec", "--only", "import:dill", pythonpath=fakes,
     )
-    elapsed = time.monotonic() - began
     assert done.returncode == 1
     checks_ = by_name(report(done))
     hung = checks_["import:mathruler"]
     assert hung["status"] == "fail" and hung["reason"] == "hung: no answer in 3 s, killed"
-    assert 3 <= hung["seconds"] < 10 and hung["timeout_s"] == 3
+    # The reason proves the kill (an import that ran its 120 s would be "ok"); no upper bound
+    # on the time: that would measure the machine.
+    assert hung["seconds"] >= 3 and hung["timeout_s"] == 3
     assert {checks_[n]["status"] for n in ("import:cachetools", "import:msgspec", "import:dill")} == {"ok"}
-    assert elapsed < 60
 
 
 def test_a_distribution_missing_from_verl_core_is_named(tmp_path: Path) -> None:
@@ -399,9 +397,7 @@ esac
     monkeypatch.setattr(facts, "DRIVER_TOOL_TIMEOUT_S", 1.0)
     monkeypatch.setattr(facts, "NVIDIA_PROC_VERSION", tmp_path / "version")
     (tmp_path / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:05 UTC 2024\n")
-    began = time.monotonic()
     hung = facts.nvidia_driver()
-    assert time.monotonic() - began < 10
     assert hung.facts["kernel_module"] == "550.54.15"
     assert checks.check_driver("gpu", hung) == (
         "fail", "nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader gave no answer in 1 s (hung driver?)"

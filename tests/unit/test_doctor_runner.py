@@ -7,7 +7,6 @@ NCCL/HCCL, minus the accelerator (tests/images and a node with devices cover the
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from recipe.doctor.runner import CheckResult, Probe, Step, run_probe
@@ -59,9 +58,7 @@ def test_a_device_step_that_raises_is_a_fail_with_the_error() -> None:
 def test_after_a_hang_stop_fails_the_rest_unrun(tmp_path: Path) -> None:
     fakes = fake(tmp_path, "doctor_hangs", "import time\ntime.sleep(120)\n")
     steps = [import_step("doctor_hangs", timeout_s=2), Step("matmul", "matmul", "device", 60, {"device_type": "cpu"})]
-    began = time.monotonic()
     results = run_probe(Probe("device", steps, env_with(fakes), on_hang="stop"))
-    assert time.monotonic() - began < 30
     assert statuses(results) == {
         "import:doctor_hangs": ("fail", "hung: no answer in 2 s, killed"),
         "matmul": ("fail", "not run: import:doctor_hangs hung before it"),

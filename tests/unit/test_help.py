@@ -7,14 +7,14 @@ import subprocess
 
 import pytest
 
-from .envtools import ENTRYPOINT, REPO, entrypoint_env
+from .envtools import ENTRYPOINT, HANG_GUARD_S, REPO, entrypoint_env
 
 COMMANDS = ["plan", "run", "prepare-data", "verify-export", "export", "doctor"]
 
 
 def _help(*argv: str) -> str:
     done = subprocess.run(
-        [*ENTRYPOINT, *argv, "--help"], env=entrypoint_env(), capture_output=True, text=True, timeout=60, check=False
+        [*ENTRYPOINT, *argv, "--help"], env=entrypoint_env(), capture_output=True, text=True, timeout=HANG_GUARD_S, check=False
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -52,7 +52,7 @@ def test_a_closed_stdout_is_not_an_error(argv: list[str]) -> None:
     try:
         done = subprocess.run(
             [*ENTRYPOINT, *argv], env=entrypoint_env(), stdout=write_end, stderr=subprocess.PIPE, text=True,
-            timeout=60, check=False, cwd=REPO,
+            timeout=HANG_GUARD_S, check=False, cwd=REPO,
         )
     finally:
         os.close(write_end)

@@ -26,11 +26,11 @@ from recipe.settings import load_settings
 
 from tests.support.needs import TRAINER_EXTRA, needs
 
-from .envtools import ENTRYPOINT, clear_settings, entrypoint_env, settings_of
+from .envtools import ENTRYPOINT, HANG_GUARD_S, clear_settings, entrypoint_env, settings_of
 
 
 def _run(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ENTRYPOINT, *args], env=entrypoint_env(**settings), capture_output=True, text=True, timeout=120)
+    return subprocess.run([*ENTRYPOINT, *args], env=entrypoint_env(**settings), capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def _refusal(**values: str) -> list[str]:
@@ -299,7 +299,7 @@ def test_a_config_json_that_is_a_fifo_is_refused_without_opening_it_blocking(tmp
     result: list[object] = []
     worker = threading.Thread(target=lambda: result.append(_load(tmp_path / "m")), daemon=True)
     worker.start()
-    worker.join(timeout=10)
+    worker.join(timeout=HANG_GUARD_S)
     assert not worker.is_alive(), "load_architecture blocked on a FIFO"
     assert result and "not a regular file" in result[0][0]  # type: ignore[index]
 

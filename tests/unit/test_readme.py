@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 
-from .envtools import ENTRYPOINT, REPO, entrypoint_env
+from .envtools import ENTRYPOINT, HANG_GUARD_S, REPO, entrypoint_env
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 CI_RUN = (REPO / ".ci" / "run").read_text(encoding="utf-8")
@@ -51,7 +51,7 @@ def test_readme_example_prints_what_it_shows(command: str, shown: list[str]) -> 
     argv = words[len(settings) :]
     assert argv[:2] == ["python", "entrypoint.py"], command
     done = subprocess.run(
-        [*ENTRYPOINT, *argv[2:]], env=entrypoint_env(**settings), capture_output=True, text=True, timeout=120,
+        [*ENTRYPOINT, *argv[2:]], env=entrypoint_env(**settings), capture_output=True, text=True, timeout=HANG_GUARD_S,
         cwd=REPO, check=False,
     )
     assert (done.stdout + done.stderr).splitlines() == shown
@@ -87,6 +87,6 @@ def test_dot_env_is_read_by_compose_only_as_the_readme_says(tmp_path) -> None:  
     (tmp_path / ".env").write_text("TP=3\n")
     done = subprocess.run(
         [*ENTRYPOINT, "plan", "--json"], env=entrypoint_env(), cwd=tmp_path, capture_output=True, text=True,
-        timeout=120, check=False,
+        timeout=HANG_GUARD_S, check=False,
     )
     assert done.returncode == 0, done.stderr

@@ -20,6 +20,7 @@ from recipe.launch import override_value
 from recipe.smoke import shipped_model_dir
 from tests.support.ports import free_port
 
+from .envtools import HANG_GUARD_S
 from .runtools import cli, layout_of_one, recorded, run_environment, start_cli
 
 
@@ -90,7 +91,7 @@ def test_a_signal_to_run_reaches_the_trainer_and_its_code_comes_back(
         else:
             pytest.fail(f"the stand-in trainer never started (run exited {proc.wait()})")
         proc.send_signal(sig)
-        assert proc.wait(timeout=120) == code  # it ends at once; the limit only stops a hang
+        assert proc.wait(timeout=HANG_GUARD_S) == code  # it ends at once; the limit only stops a hang
     finally:
         if proc.poll() is None:
             proc.kill()

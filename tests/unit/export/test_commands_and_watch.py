@@ -12,6 +12,7 @@ import pytest
 
 from recipe.export.commands import add_export_commands, run_verify_export
 from recipe.export.watch import REPORT_NAME, find_hf_exports, latest_hf_export, watch_exports
+from tests.unit.envtools import HANG_GUARD_S
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -106,7 +107,7 @@ def test_watch_checks_each_new_export_once_and_writes_reports(
         )
         results: dict = {}
         thread.start()
-        thread.join(timeout=120)
+        thread.join(timeout=HANG_GUARD_S)
     assert not thread.is_alive()
     assert seen == [(2, "complete"), (4, "broken")]
     assert sorted(results) == [2, 4]

@@ -13,7 +13,6 @@ import json
 import math
 import struct
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -248,8 +247,20 @@ def test_issue_examples_name_the_problem(shard: Path) -> None:
         assert "\n" not in message
 
 
+def _bytes_read_by_this_process() -> int:
+    """What the kernel counted as read by this process so far (`rchar`: read, pread, ...)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("/proc/self/io has no rchar line")
+
+
 def test_header_only_on_a_65_gb_sparse_shard(tmp_path: Path) -> None:
-    """The data section is never read: a 65 GB file of holes is checked in well under a second."""
+    """The data section is never read: the process reads the header's bytes, not 65 GB.
+
+    Counted by the kernel, not timed: a timing bound measured the machine, and a loaded one
+    failed it (issue 13).
+    """
     size = 65 * 10**9
     count = size // 4
     header = json.dumps({"w": {"dtype": "F32", "shape": [count], "data_offsets": [0, count * 4]}}).encode()
@@ -260,9 +271,11 @@ def test_header_only_on_a_65_gb_sparse_shard(tmp_path: Path) -> None:
             handle.truncate(8 + len(header) + count * 4)
         except OSError as error:  # pragma: no cover - a filesystem without sparse files
             pytest.skip(f"cannot make a sparse 65 GB file here: {error}")
-    started = time.perf_counter()
+    before = _bytes_read_by_this_process()
     found = read_safetensors_header(path)
-    assert time.perf_counter() - started < 2.0
+    read = _bytes_read_by_this_process() - before
+    # The header is 8 + len(header) bytes; one chunk of the data section would be 16 MiB.
+    assert read < 8 + len(header) + (1 << 16), f"{read} bytes read"
     assert found == {"w": TensorInfo("model.safetensors", "F32", (count,))}
 
 

@@ -23,6 +23,7 @@ from recipe.errors import RecipeConfigError
 from recipe.plan import build_plan
 from recipe.settings import Settings
 from tests.support.needs import TRAINER_EXTRA, needs
+from tests.unit.envtools import HANG_GUARD_S
 
 TRACKER = "latest_checkpointed_iteration.txt"
 
@@ -148,7 +149,7 @@ def test_a_fifo_tracker_is_refused_without_blocking(tmp_path: Path) -> None:
     out: list[str | None] = []
     worker = threading.Thread(target=lambda: out.append(_refusal(tmp_path)), daemon=True)
     worker.start()
-    worker.join(timeout=30)
+    worker.join(timeout=HANG_GUARD_S)
     assert not worker.is_alive(), "the guard blocked on a FIFO"
     assert out and "not a regular file" in (out[0] or "")
 

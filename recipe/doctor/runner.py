@@ -181,6 +181,21 @@ class _SessionEnd:
     reason: str = ""
 
 
+def _fail_running_check(
+    current: dict[str, Any],
+    by_name: dict[str, Step],
+    reason: str,
+    started: float,
+    results: dict[str, list[CheckResult]],
+) -> Step:
+    """Record the check that was running when its probe hung or died as failed; return its step."""
+    step = by_name[current["step"]]
+    results[step.name].append(
+        CheckResult(current["name"], step.category, "fail", reason, time.monotonic() - started, step.timeout_s)
+    )
+    return step
+
+
 def _run_session(probe: Probe, pending: list[Step], results: dict[str, list[CheckResult]]) -> _SessionEnd:
     """One probe process over PENDING; its results are added to RESULTS."""
     by_name = {step.name: step for step in pending}
@@ -194,12 +209,8 @@ def _run_session(probe: Probe, pending: list[Step], results: dict[str, list[Chec
                 stuck = "" if gone else "; the process did not exit after SIGKILL (stuck in the kernel: a driver?)"
                 if current is None:
                     return _SessionEnd("hung", None, f"the probe process gave no answer in time{stuck}: {_tail(session.stderr)}")
-                step = by_name[current["step"]]
                 reason = f"hung: no answer in {float(current['timeout_s']):g} s, killed{stuck}"
-                results[step.name].append(
-                    CheckResult(current["name"], step.category, "fail", reason, time.monotonic() - started, step.timeout_s)
-                )
-                return _SessionEnd("hung", step)
+                return _SessionEnd("hung", _fail_running_check(current, by_name, reason, started, results))
             if kind == "eof":
                 break
             if event.get("event") == "start":
@@ -228,12 +239,8 @@ def _run_session(probe: Probe, pending: list[Step], results: dict[str, list[Chec
         died = f"the probe process died ({_exit_description(code)})"
         if current is None:
             return _SessionEnd("died", None, f"{died}: {_tail(session.stderr)}")
-        step = by_name[current["step"]]
         reason = f"{died} during this check: {_tail(session.stderr)}"
-        results[step.name].append(
-            CheckResult(current["name"], step.category, "fail", reason, time.monotonic() - started, step.timeout_s)
-        )
-        return _SessionEnd("died", step)
+        return _SessionEnd("died", _fail_running_check(current, by_name, reason, started, results))
     finally:
         if session.process.poll() is None:
             _kill(session.process)

@@ -25,7 +25,8 @@ import logging
 import os
 import shutil
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,12 +55,20 @@ def latest_checkpoint(checkpoint_dir: Path) -> Path:
     return max(finished, key=lambda d: int(STEP_DIR.match(d.name).group(1)))  # type: ignore[union-attr]
 
 
-def _ensure_world() -> None:
-    """torch.distributed and Megatron's parallel state for one process, unless already set up."""
+@contextmanager
+def one_process_world() -> Iterator[None]:
+    """torch.distributed and Megatron's parallel state for one process; what it sets up, it tears down.
+
+    A process group left in place keeps its gloo threads and the TCP store's server thread
+    running while the interpreter exits, where a thread can use memory the exit already
+    freed: a finished export would then end in a segmentation fault (exit 139). A world that
+    already existed (a caller's) is left to that caller.
+    """
     import torch
     from megatron.core import parallel_state
 
-    if not torch.distributed.is_initialized():
+    made_world = not torch.distributed.is_initialized()
+    if made_world:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         if "MASTER_PORT" not in os.environ:
             with socket.socket() as sock:
@@ -67,10 +76,33 @@ def _ensure_world() -> None:
                 os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         torch.distributed.init_process_group(backend, rank=0, world_size=1)
-    if torch.distributed.get_world_size() != 1:
-        raise ExportError(f"export runs as one process; world size is {torch.distributed.get_world_size()}")
-    if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel()
+    made_parallel_state = False
+    try:
+        if torch.distributed.get_world_size() != 1:
+            raise ExportError(f"export runs as one process; world size is {torch.distributed.get_world_size()}")
+        made_parallel_state = not parallel_state.model_parallel_is_initialized()
+        if made_parallel_state:
+            parallel_state.initialize_model_parallel()
+        yield
+    finally:
+        if made_parallel_state:
+            parallel_state.destroy_model_parallel()
+            _forget_leftover_groups(parallel_state, torch.distributed.ProcessGroup)
+        if made_world:
+            torch.distributed.destroy_process_group()
+
+
+def _forget_leftover_groups(parallel_state: Any, group_type: type) -> None:
+    """Reset the module globals of Megatron's parallel state that still hold a process group.
+
+    megatron-core 0.19.2's destroy_model_parallel leaves _INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP
+    and its _GLOO twin set; a group kept alive there keeps its threads after the world is
+    destroyed. Any global of that kind is reset, so a later version's new group is covered too.
+    """
+    for name, value in list(vars(parallel_state).items()):
+        values = value if isinstance(value, (list, tuple)) else value.values() if isinstance(value, dict) else [value]
+        if name.startswith("_") and name.isupper() and any(isinstance(item, group_type) for item in values):
+            setattr(parallel_state, name, None)
 
 
 def use_cpu_layers(provider: Any) -> None:
@@ -180,8 +212,21 @@ def export_latest(
             "image: docker compose run --rm gpu export --out DIR (or npu)"
         ) from None
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with one_process_world():
+        # The model lives in _write_export's frame only, so that it (and the process groups
+        # it holds) is gone before the world is torn down.
+        _write_export(dist_ckpt, model_path, out_dir, strict, device)
+    try:
+        return verify_export(out_dir, allowed_patterns, reference=model_path)
+    except ExportCheckError as error:
+        raise ExportError(str(error)) from error
 
-    _ensure_world()
+
+def _write_export(dist_ckpt: Path, model_path: Path, out_dir: Path, strict: bool, device: Literal["cpu", "cuda"]) -> None:
+    """Build the model, load the dist checkpoint into it, write HF weights and the non-weight files."""
+    import torch
+    from megatron.bridge import AutoBridge
+
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     bridge = AutoBridge.from_hf_pretrained(str(model_path), dtype=dtype)
     model = _build_model(bridge, device)
@@ -191,7 +236,3 @@ def export_latest(
     _copy_non_weights(model_path, out_dir)
     logger.info("writing HF weights to %s (strict=%s)", out_dir, strict)
     bridge.save_hf_weights(model, str(out_dir), strict=strict, show_progress=False)
-    try:
-        return verify_export(out_dir, allowed_patterns, reference=model_path)
-    except ExportCheckError as error:
-        raise ExportError(str(error)) from error

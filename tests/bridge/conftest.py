@@ -7,6 +7,7 @@ tests/support/megatron_py311.py (installed below when the packages are there).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from tests.support.needs import MEGATRON_BRIDGE, installed
 from tests.support.ports import free_port
 from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 from tests.support.megatron_py311 import install_shims
+from tests.support.threads import distributed_threads, thread_names
 from tests.support.tiny_qwen35 import load_all
 
 REQUIRED = ("torch", "transformers", "megatron.core", "megatron.bridge", "modelopt", "triton")
@@ -56,16 +58,17 @@ if SKIP_REASON is None:
 
 @pytest.fixture(scope="session")
 def gloo_world() -> Iterator[None]:
-    """torch.distributed (gloo, world size 1) and Megatron's model-parallel state, all sizes 1."""
-    from megatron.core import parallel_state
+    """torch.distributed (gloo, world size 1) and Megatron's parallel state, all sizes 1: the export's own."""
+    from recipe.export.bridge_export import one_process_world
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(free_port())
-    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel()
-    yield
-    parallel_state.destroy_model_parallel()
-    torch.distributed.destroy_process_group()
+    with one_process_world():
+        yield
+    # A process group ends its threads only when the last reference to it goes (the models
+    # hold some). One still running when the interpreter exits can crash the exit.
+    gc.collect()
+    left = distributed_threads(thread_names())
+    assert not left, f"{len(left)} torch.distributed threads outlive the gloo world: {sorted(set(left))}"
 
 
 def tiny_qwen3_moe_config() -> Any:
@@ -112,14 +115,16 @@ def cpu_provider(bridge: Any, load_weights: bool) -> Any:
 
 
 @pytest.fixture(scope="session")
-def megatron_model(gloo_world: None, qwen3_moe_source: Path) -> list[Any]:
+def megatron_model(gloo_world: None, qwen3_moe_source: Path) -> Iterator[list[Any]]:
     """The tiny Qwen3-MoE as a Megatron GPTModel, weights loaded from the source by the bridge."""
     from megatron.bridge import AutoBridge
 
     bridge = AutoBridge.from_hf_pretrained(str(qwen3_moe_source), dtype=torch.float32)
-    return cpu_provider(bridge, load_weights=True).provide_distributed_model(
+    model = cpu_provider(bridge, load_weights=True).provide_distributed_model(
         wrap_with_ddp=False, use_cpu_initialization=True, bf16=False, fp16=False
     )
+    yield model
+    model.clear()  # the model holds process groups: it goes before the gloo world does
 
 
 def derive_source(

@@ -9,6 +9,8 @@ export came from the checkpoint and not from MODEL_PATH.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -16,6 +18,8 @@ from unittest import mock
 import pytest
 
 from tests.support.needs import TRAINER_EXTRA, needs
+from tests.support.threads import distributed_threads
+from tests.unit.envtools import HANG_GUARD_S
 
 torch = needs("torch", install=TRAINER_EXTRA)
 # The checkpoint is written with verl's own dist_checkpointing helper.
@@ -24,6 +28,7 @@ needs("verl", install=TRAINER_EXTRA)
 from recipe.export.bridge_export import ExportError, export_latest, latest_checkpoint  # noqa: E402
 
 FINAL_NORM = "model.norm.weight"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write_verl_checkpoint(model: list[Any], default_local_dir: Path, step: int) -> Path:
@@ -130,6 +135,38 @@ def test_the_export_command_exports_this_experiments_newest_checkpoint(
     assert report["status"] == "complete" and report["reference"] == str(qwen3_moe_source)
     exported, source = tensors_of(out), tensors_of(qwen3_moe_source)
     assert torch.equal(exported[FINAL_NORM], source[FINAL_NORM] + 1.0)  # step 7's weights, not MODEL_PATH's
+
+
+# `export` as its own process, as in the image; what threads it still runs when it is done.
+_EXPORT_PROCESS = """
+import json, sys
+from tests.support.megatron_py311 import install_shims
+from tests.support.threads import thread_names
+install_shims()
+from recipe.cli import main
+code = main(["export", "--out", sys.argv[1]])
+with open(sys.argv[2], "w") as out:
+    json.dump({"code": code, "threads": thread_names()}, out)
+"""
+
+
+def test_the_export_command_tears_down_the_world_it_set_up(
+    verl_checkpoint: Path, qwen3_moe_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No gloo or TCP-store thread outlives the export: one left running at exit can crash the exit (139)."""
+    _settings_env(monkeypatch, CHECKPOINT_DIR=str(verl_checkpoint.parent.parent), PROJECT_NAME=verl_checkpoint.parent.name,
+                  EXPERIMENT_NAME=verl_checkpoint.name, MODEL_PATH=str(qwen3_moe_source))
+    monkeypatch.delenv("MASTER_PORT")  # this process's gloo world holds that port: the export picks its own
+    seen = tmp_path / "threads.json"
+    result = subprocess.run(
+        [sys.executable, "-c", _EXPORT_PROCESS, str(tmp_path / "hf"), str(seen)],
+        cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = json.loads(seen.read_text())
+    assert after["code"] == 0
+    left = distributed_threads(after["threads"])
+    assert left == [], f"{len(left)} torch.distributed threads still run after export: {sorted(set(left))}"
 
 
 def test_the_export_command_without_a_checkpoint_exits_2_naming_where_it_looked(

@@ -8,10 +8,10 @@ import os
 DISTRIBUTED_THREADS = ("gloo", "pt_gloo", "pt_tcpstore")
 
 
-def thread_names(pid: int | str = "self") -> list[str]:
+def thread_names() -> list[str]:
     """Every thread's name (its `comm`, 15 characters at most), sorted; threads that end meanwhile are skipped."""
     names = []
-    tasks = f"/proc/{pid}/task"
+    tasks = "/proc/self/task"
     for task in os.listdir(tasks):
         try:
             with open(f"{tasks}/{task}/comm") as comm:

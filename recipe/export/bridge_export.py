@@ -13,10 +13,11 @@ training), the bridge writes HF safetensors with the chosen strictness, the conf
 tokenizer files are copied from MODEL_PATH, and the result is checked against the
 model class and against MODEL_PATH.
 
-Limits (measured, see docs/export.md): it runs as one process (world size 1). On cpu
-it uses Megatron's local layer specs, which exist for Qwen3 / Qwen3-MoE but not for
-Qwen3.5's Gated DeltaNet (Transformer-Engine only), so Qwen3.5 needs device="cuda"
-with Transformer Engine and enough memory for the whole model on one device.
+Limits (measured, see docs/export.md): it runs as one process (world size 1), with the
+whole model in that process's memory. On cpu it builds Megatron's local (non-Transformer
+Engine) layers: megatron-core's local spec for Qwen3 / Qwen3-MoE, and for Qwen3.5's hybrid
+block and vision tower the stand-ins of recipe.export.cpu_layers, which keep TE's parameter
+names. An export never runs the model: it only needs the modules and their parameter names.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ import os
 import shutil
 import socket
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
+from recipe.export.cpu_layers import cpu_build
 from recipe.export.expected import ExportCheckError
 from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS, verify_export
 from recipe.export.report import ExportReport
@@ -38,6 +40,7 @@ from recipe.export.watch import MANIFEST, STEP_DIR, _step_dirs
 logger = logging.getLogger("recipe.export.bridge_export")
 
 DIST_CKPT_SUBDIR = "actor/model/dist_ckpt"
+DIST_CKPT_METADATA = "metadata.json"
 #: Files of MODEL_PATH that are weights; everything else (config, tokenizer, processor) is copied.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 _WEIGHT_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -75,7 +78,7 @@ def one_process_world() -> Iterator[None]:
                 sock.bind(("127.0.0.1", 0))
                 os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-        torch.distributed.init_process_group(backend, rank=0, world_size=1)
+        torch.distributed.init_process_group(backend=backend, rank=0, world_size=1)
     made_parallel_state = False
     try:
         if torch.distributed.get_world_size() != 1:
@@ -108,8 +111,10 @@ def _forget_leftover_groups(parallel_state: Any, group_type: type) -> None:
 def use_cpu_layers(provider: Any) -> None:
     """Set a Megatron-Bridge provider up for CPU: local (non-TE) layers, no fused kernels, no bf16.
 
-    Those kernels need Transformer Engine / CUDA. Qwen3.5's Gated DeltaNet has no local
-    layer spec, so this serves Qwen3-MoE-like models only.
+    Those kernels need Transformer Engine / CUDA. Qwen3.5's providers ignore
+    `transformer_layer_spec`: build them inside recipe.export.cpu_layers.cpu_build().
+    No initialisation either: the weights all come from the checkpoint (and Gated DeltaNet's
+    initialisation forks megatron-core's CUDA RNG tracker, gated_delta_net/common.py:302).
     """
     from megatron.bridge.models.gpt_provider import local_layer_spec
 
@@ -130,6 +135,7 @@ def use_cpu_layers(provider: Any) -> None:
         if hasattr(provider, fused):
             setattr(provider, fused, False)
     provider.bf16 = provider.fp16 = False
+    provider.perform_initialization = False
 
 
 def _build_model(bridge: Any, device: Literal["cpu", "cuda"]) -> list[Any]:
@@ -144,13 +150,15 @@ def _build_model(bridge: Any, device: Literal["cpu", "cuda"]) -> list[Any]:
     if device == "cpu":
         use_cpu_layers(provider)
         provider.params_dtype = torch.float32
-    provider.finalize()
-    return provider.provide_distributed_model(
-        wrap_with_ddp=False,
-        use_cpu_initialization=device == "cpu",
-        bf16=provider.bf16,
-        fp16=provider.fp16,
-    )
+    build = cpu_build() if device == "cpu" else nullcontext()
+    with build:
+        provider.finalize()
+        return provider.provide_distributed_model(  # type: ignore[no-any-return]
+            wrap_with_ddp=False,
+            use_cpu_initialization=device == "cpu",
+            bf16=provider.bf16,
+            fp16=provider.fp16,
+        )
 
 
 def load_verl_dist_checkpoint(model: list[Any], dist_ckpt_dir: Path) -> None:
@@ -190,7 +198,9 @@ def export_latest(
     # The inputs first: a missing checkpoint or model is one line, before seconds of imports.
     step_dir = latest_checkpoint(Path(checkpoint_dir))
     dist_ckpt = step_dir / DIST_CKPT_SUBDIR
-    if not dist_ckpt.is_dir():
+    # verl 0.9.1 creates model/dist_ckpt at every save, empty unless use_dist_checkpointing is on:
+    # the weights are there only when megatron-core's dist_checkpointing wrote its metadata.json.
+    if not (dist_ckpt / DIST_CKPT_METADATA).is_file():
         hf_dir = step_dir / "actor" / "model" / "huggingface"
         raise ExportError(
             f"{step_dir}: no Megatron model weights ({DIST_CKPT_SUBDIR}); with use_dist_checkpointing off the "

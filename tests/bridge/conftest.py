@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -178,3 +179,26 @@ def export_with_bridge(megatron_model: list[Any]) -> Callable[[Path, Path, bool]
         bridge.save_hf_weights(megatron_model, str(out), strict=strict, show_progress=False)
 
     return export
+
+
+def write_verl_checkpoint(model: list[Any], default_local_dir: Path, step: int) -> Path:
+    """What verl's save_checkpoint writes for save_contents=[model] with use_dist_checkpointing=True."""
+    from megatron.core import parallel_state
+    from verl.utils.megatron.dist_checkpointing import save_dist_checkpointing
+
+    actor = default_local_dir / f"global_step_{step}" / "actor"
+    content_metadata = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
+    metadata = dict(content_metadata, dp_cp_group=parallel_state.get_data_parallel_group(with_context_parallel=True))
+    sharded = {"model": model[0].sharded_state_dict(metadata=metadata)}
+    (actor / "model" / "dist_ckpt").mkdir(parents=True)  # verl's local_mkdir_safe
+    # megatron-core's torch_dist writer calls torch.cuda.synchronize() after its device-to-host
+    # copy and puts its failure flag on torch.cuda.current_device(); a CPU-only torch refuses
+    # both. On CPU there is nothing to synchronise and the flag can live on the CPU (gloo).
+    with (
+        mock.patch.object(torch.cuda, "synchronize", lambda *args, **kwargs: None),
+        mock.patch.object(torch.cuda, "current_device", lambda: "cpu"),
+    ):
+        save_dist_checkpointing(sharded, str(actor / "model" / "dist_ckpt"), content_metadata=content_metadata)
+    (actor / "ckpt_contents.json").write_text(json.dumps({"global_step": step}))
+    (default_local_dir / "latest_checkpointed_iteration.txt").write_text(str(step))
+    return actor

@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 
@@ -26,32 +25,10 @@ torch = needs("torch", install=TRAINER_EXTRA)
 needs("verl", install=TRAINER_EXTRA)
 
 from recipe.export.bridge_export import ExportError, export_latest, latest_checkpoint  # noqa: E402
+from tests.bridge.conftest import write_verl_checkpoint  # noqa: E402
 
 FINAL_NORM = "model.norm.weight"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def write_verl_checkpoint(model: list[Any], default_local_dir: Path, step: int) -> Path:
-    """What verl's save_checkpoint writes for save_contents=[model] with use_dist_checkpointing=True."""
-    from megatron.core import parallel_state
-    from verl.utils.megatron.dist_checkpointing import save_dist_checkpointing
-
-    actor = default_local_dir / f"global_step_{step}" / "actor"
-    content_metadata = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
-    metadata = dict(content_metadata, dp_cp_group=parallel_state.get_data_parallel_group(with_context_parallel=True))
-    sharded = {"model": model[0].sharded_state_dict(metadata=metadata)}
-    (actor / "model" / "dist_ckpt").mkdir(parents=True)  # verl's local_mkdir_safe
-    # megatron-core's torch_dist writer calls torch.cuda.synchronize() after its device-to-host
-    # copy and puts its failure flag on torch.cuda.current_device(); a CPU-only torch refuses
-    # both. On CPU there is nothing to synchronise and the flag can live on the CPU (gloo).
-    with (
-        mock.patch.object(torch.cuda, "synchronize", lambda *args, **kwargs: None),
-        mock.patch.object(torch.cuda, "current_device", lambda: "cpu"),
-    ):
-        save_dist_checkpointing(sharded, str(actor / "model" / "dist_ckpt"), content_metadata=content_metadata)
-    (actor / "ckpt_contents.json").write_text(json.dumps({"global_step": step}))
-    (default_local_dir / "latest_checkpointed_iteration.txt").write_text(str(step))
-    return actor
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +69,15 @@ def test_export_latest_is_complete_and_carries_trained_weights(
             assert torch.equal(exported[name], source[name]), name
 
 
-def test_export_refuses_checkpoint_without_megatron_weights(tmp_path: Path, qwen3_moe_source: Path) -> None:
+@pytest.mark.parametrize("empty_dist_ckpt", [False, True], ids=["no-dist_ckpt", "empty-dist_ckpt"])
+def test_export_refuses_checkpoint_without_megatron_weights(
+    tmp_path: Path, qwen3_moe_source: Path, empty_dist_ckpt: bool
+) -> None:
+    """verl 0.9.1 creates an empty model/dist_ckpt even with use_dist_checkpointing off (seen in the e2e run)."""
     actor = tmp_path / "global_step_3" / "actor"
     (actor / "model" / "huggingface").mkdir(parents=True)
+    if empty_dist_ckpt:
+        (actor / "model" / "dist_ckpt").mkdir()
     (actor / "ckpt_contents.json").write_text("{}")
     with pytest.raises(
         ExportError, match=r"no Megatron model weights .*`verify-export .*/global_step_3/actor/model/huggingface`"

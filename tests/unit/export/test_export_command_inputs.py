@@ -31,9 +31,10 @@ def _export(tmp_path: Path, *, shadow_bridge: bool, **settings: str) -> subproce
 
 
 def _checkpoint(root: Path) -> Path:
-    """A finished verl step (its manifest) with a Megatron dist checkpoint folder."""
+    """A finished verl step (its manifest) with a Megatron dist checkpoint (its metadata.json)."""
     step = root / "global_step_1"
     (step / "actor" / "model" / "dist_ckpt").mkdir(parents=True)
+    (step / "actor" / "model" / "dist_ckpt" / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
     (step / "actor" / "ckpt_contents.json").write_text(json.dumps(["model"]))
     return step
 

@@ -154,14 +154,23 @@ def build_overrides(
     _add(o, "algorithm.adv_estimator", "grpo")
     _add(o, "algorithm.use_kl_in_reward", False)
 
-    # Model. Qwen3.5's Gated DeltaNet cannot run packed (THD) sequences on gpu in
-    # Megatron yet, so padding stays; upstream removes it on npu.
+    # Model. Packed (THD) sequences on both targets: megatron-core 0.19.2's Gated DeltaNet takes
+    # them (cu_seqlens reach its conv and delta-rule kernels, added in 0.18), and verl's
+    # remove-padding forward of the smoke Qwen3.5 gives the log-probs of the padded one
+    # (tests/e2e/test_parity.py: both within 1.3e-6 of each sequence's own forward on CPU,
+    # and the CPU e2e trains this way). Padding costs compute on every padded token.
     _add(o, "actor_rollout_ref.model.path", str(settings.model_path), setting="MODEL_PATH")
     _add(o, "actor_rollout_ref.model.trust_remote_code", True)
-    _add(o, "actor_rollout_ref.model.use_remove_padding", npu)
+    _add(o, "actor_rollout_ref.model.use_remove_padding", True)
 
     # Actor
     _add(o, f"{actor}.optim.lr", 1e-6)
+    # A resume continues the LR schedule where the checkpoint left it. verl 0.9.1 loads the
+    # scheduler's state only with this on (utils/checkpoint/megatron_checkpoint_manager.py:956);
+    # off, a resumed run restarts its warmup and decay from step 0 (tests/e2e/test_resume.py
+    # found the scheduler one step behind the uninterrupted run). A changed schedule is
+    # refused before that by the drift guard, so the checkpoint's values are the run's own.
+    _add(o, f"{actor}.optim.use_checkpoint_opt_param_scheduler", True)
     _add(o, f"{actor}.ppo_mini_batch_size", settings.train_batch_size, setting="TRAIN_BATCH_SIZE")
     _add(o, f"{actor}.ppo_micro_batch_size_per_gpu", 1)
     _add(o, f"{actor}.ppo_max_token_len_per_gpu", 4096)
@@ -176,7 +185,7 @@ def build_overrides(
     # bridge.save_hf_weights (vanilla mbridge ignores it, and is deprecated in 0.9.1).
     _add(o, f"{actor}.megatron.use_mbridge", True)
     _add(o, f"{actor}.megatron.vanilla_mbridge", False)
-    _add(o, f"{actor}.megatron.use_remove_padding", npu)
+    _add(o, f"{actor}.megatron.use_remove_padding", True)
     for section in (actor, ref):
         _add(o, f"{section}.megatron.tensor_model_parallel_size", layout.tp, setting="TP")
         _add(o, f"{section}.megatron.pipeline_model_parallel_size", layout.pp, setting="PP")

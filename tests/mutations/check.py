@@ -126,6 +126,15 @@ BREAKAGES: tuple[Breakage, ...] = (
         (f"{UNIT}/data/test_command.py::test_a_hub_error_never_prints_the_token_or_the_endpoint",),
         "prepare-data prints HF_TOKEN / HF_ENDPOINT from a hub error",
     ),
+    Breakage(
+        "resume-loses-optimizer-state",
+        "recipe/launch.py",
+        '    _add(o, f"{actor}.checkpoint.save_contents", ["model", "optimizer", "extra", "hf_model"])\n',
+        '    _add(o, f"{actor}.checkpoint.save_contents", ["model", "extra", "hf_model"])\n',
+        (f"{UNIT}/test_verl_compose.py::test_every_plan_saves_and_loads_what_a_lossless_resume_needs",),
+        "verl saves (and so loads) no optimizer state: a resumed run restarts Adam and the LR schedule "
+        "(tests/e2e/test_resume.py's lossless tests fail too, in the e2e phase)",
+    ),
 )
 
 

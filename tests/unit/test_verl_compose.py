@@ -96,6 +96,22 @@ def test_plan_composes_and_instantiates(variant: str, monkeypatch: pytest.Monkey
     assert "expandable_segments:True" not in env_vars.get(plan.allocator.variable, "")
 
 
+#: What verl must write at a save and read back at a resume for the resumed run to be the one that would have
+#: happened (tests/e2e/test_resume.py proves it on CPU): the weights, the optimizer (Adam's moments and step, the
+#: LR schedule) and the RNG states; verl writes the dataloader's position (data.pt) at every save on its own.
+LOSSLESS_RESUME = {"model", "optimizer", "extra"}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_plan_saves_and_loads_what_a_lossless_resume_needs(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """checkpoint.save_contents and load_contents (verl reads load_contents, which follows save_contents unless
+    set), and the LR schedule: verl 0.9.1 restores the scheduler's state only with use_checkpoint_opt_param_scheduler."""
+    actor = check_like_verl(_plan(monkeypatch, VARIANTS[variant]).overrides).actor_rollout_ref.actor
+    assert LOSSLESS_RESUME <= set(actor.checkpoint.save_contents), actor.checkpoint.save_contents
+    assert LOSSLESS_RESUME <= set(actor.checkpoint.load_contents), actor.checkpoint.load_contents
+    assert actor.optim.use_checkpoint_opt_param_scheduler is True
+
+
 def test_user_overrides_compose_too(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = _plan(monkeypatch, {"DEVICE": "gpu"}, ("actor_rollout_ref.actor.optim.lr=3e-6", "trainer.total_training_steps=7"))
     config = check_like_verl(plan.overrides)

@@ -7,7 +7,8 @@
 
 Exit codes: 0 success; 2 bad settings or an unfit machine (one stderr line per
 problem, nothing started or written); 3 the Ray cluster of several nodes did not
-form in time (names the missing nodes); otherwise the trainer's own exit code.
+form in time (names the missing nodes); 4 (PROFILE=smoke) the trainer finished but the
+smoke verdict failed a check; otherwise the trainer's own exit code.
 
 Tests only: RECIPE_TEST_TRAINER (TEST_TRAINER_VARIABLE) names a command that `run` starts
 instead of the trainer's Python, with the trainer's whole argv appended and the trainer's
@@ -39,7 +40,7 @@ from recipe.errors import RecipeConfigError
 from recipe.help import add_command
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.watch import MANIFEST, REPORT_NAME, watch_exports
-from recipe.launch import checkpoint_root, resume_mode_problem
+from recipe.launch import METRICS_VARIABLE, checkpoint_root, override_value, resume_mode_problem
 from recipe.plan import Plan, TRACKER_NAME, build_plan
 from recipe.provenance import copy_into_new_steps, write_record
 from recipe.replay import add_replay_parser, run_replay
@@ -49,6 +50,8 @@ logger = logging.getLogger("recipe")
 
 EXIT_CONFIG = 2
 EXIT_CLUSTER = 3
+#: PROFILE=smoke: the trainer finished, but the verdict (recipe.smoke.verdict) failed a check.
+EXIT_SMOKE_FAILED = 4
 
 #: Tests only (see the module docstring): a command run in place of the trainer's Python.
 TEST_TRAINER_VARIABLE = "RECIPE_TEST_TRAINER"
@@ -103,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
             0: "the trainer finished",
             2: "bad settings, overrides or machine: nothing was started",
             3: "the Ray cluster did not form in RAY_WAIT_TIMEOUT",
+            4: "PROFILE=smoke: the trainer finished, but the smoke verdict failed (the block says which check)",
         } | {1: "the trainer's own exit code otherwise (1 and others)"},
         examples=["python entrypoint.py run -- trainer.total_epochs=1 trainer.save_freq=10"],
     )
@@ -426,17 +430,43 @@ def _cmd_run(plan: Plan) -> int:
         )
     with _export_watcher(plan):
         if role.kind == "single":
-            return _run_trainer(plan.argv, env)
-        start = cluster.run_head if role.kind == "head" else cluster.run_joined
-        return start(
-            role,
-            plan.argv,
-            resource_name="GPU" if plan.device.name == "gpu" else "NPU",
-            devices_per_node=plan.layout.ndevices_per_node,
-            timeout_s=settings.ray_wait_timeout,
-            env=env,
-            run_trainer=_run_trainer,
-        )
+            code = _run_trainer(plan.argv, env)
+        else:
+            start = cluster.run_head if role.kind == "head" else cluster.run_joined
+            code = start(
+                role,
+                plan.argv,
+                resource_name="GPU" if plan.device.name == "gpu" else "NPU",
+                devices_per_node=plan.layout.ndevices_per_node,
+                timeout_s=settings.ray_wait_timeout,
+                env=env,
+                run_trainer=_run_trainer,
+            )
+    # After the watcher's last sweep: the verdict reads its report of the final save.
+    return _judge_smoke(plan, code) if settings.profile == "smoke" else code
+
+
+def _judge_smoke(plan: Plan, code: int) -> int:
+    """PROFILE=smoke: print the verdict block and write it beside the checkpoints; EXIT_SMOKE_FAILED on FAIL."""
+    from recipe.smoke.profile import VERDICT_FILE
+    from recipe.smoke.verdict import smoke_verdict
+
+    if code != 0:
+        print(f"smoke: FAIL (the trainer exited {code}; no verdict on an unfinished run)", flush=True)
+        return code
+    steps = int(override_value(plan.overrides, "trainer.total_training_steps") or 0)
+    model = Path(override_value(plan.overrides, "actor_rollout_ref.model.path") or plan.settings.model_path)
+    root = checkpoint_root(plan.settings)
+    verdict = smoke_verdict(Path(str(plan.env[METRICS_VARIABLE])), steps, root, model)
+    print(verdict.to_text(), flush=True)
+    target = root / VERDICT_FILE
+    try:
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_text(verdict.to_json() + "\n", encoding="utf-8")
+        partial.replace(target)  # a CI job reading it never sees half a file
+    except OSError as error:
+        logger.warning("cannot write %s: %s", target, error)
+    return 0 if verdict.passed else EXIT_SMOKE_FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> int:

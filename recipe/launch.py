@@ -97,6 +97,10 @@ def _add(overrides: list[Override], key: str, value: object, prefix: str = "", s
     overrides.append(Override(key, hydra_value(value), prefix, setting))
 
 
+#: verl 0.9.1's file logger (verl/utils/tracking.py FileLogger) writes to the path this variable names.
+METRICS_VARIABLE = "VERL_FILE_LOGGER_PATH"
+
+
 def checkpoint_root(settings: Settings) -> Path:
     """Where this experiment's checkpoints go: CHECKPOINT_DIR/PROJECT_NAME/EXPERIMENT_NAME."""
     return settings.checkpoint_dir / settings.project_name / settings.experiment_name
@@ -112,6 +116,11 @@ def runtime_environment(
         "TENSORBOARD_DIR": str(settings.checkpoint_dir / "tensorboard" / settings.project_name / settings.experiment_name),
         "RECIPE_DEVICE": device,
     }
+    if settings.profile == "smoke":
+        from recipe.smoke.profile import METRICS_FILE
+
+        # verl's "file" logger (trainer.logger) writes each step's metrics there; `run` judges the smoke run from it.
+        defaults[METRICS_VARIABLE] = str(checkpoint_root(settings) / METRICS_FILE)
     for name, value in defaults.items():
         env[name] = environ.get(name, value)
     # The allocator decision already folds in the user's own allocator options.
@@ -233,6 +242,8 @@ def build_overrides(
 
     # Trainer
     loggers = ["console", "tensorboard"] + (["wandb"] if settings.wandb_api_key else [])
+    if settings.profile == "smoke":
+        loggers.append("file")  # one JSON line of metrics per step, at METRICS_VARIABLE: the smoke verdict reads it
     _add(o, "trainer.critic_warmup", 0)
     _add(o, "trainer.logger", loggers)
     _add(o, "trainer.project_name", settings.project_name, setting="PROJECT_NAME")

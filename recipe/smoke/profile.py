@@ -54,13 +54,25 @@ def assets_root(checkpoint_dir: Path) -> Path:
     return Path(checkpoint_dir) / SMOKE_ASSETS_DIRNAME
 
 
+#: verl's file logger writes each step's metrics here (under the experiment's checkpoint directory): the verdict reads it.
+METRICS_FILE = "smoke-metrics.jsonl"
+#: The verdict, beside the metrics, for CI systems.
+VERDICT_FILE = "smoke-verdict.json"
+
+
 def smoke_overrides() -> list[str]:
     """Hydra overrides of verl 0.9.1's trainer config for a smoke run (keys no recipe setting decides).
 
     Every key exists in verl's config (no `+`), so appending them after the recipe's
     overrides replaces the recipe's values.
     """
+    from recipe.launch import hydra_value
+    from recipe.smoke import reward
+
     return [
+        # A reward a random model gets a signal from (recipe/smoke/reward.py): with gsm8k's, every gradient is 0.
+        f"reward.custom_reward_function.path={hydra_value(reward.__file__)}",
+        f"reward.custom_reward_function.name={reward.FUNCTION}",
         # Stop after SMOKE_STEPS, whatever the dataset size.
         f"trainer.total_training_steps={SMOKE_STEPS}",
         # Always the whole path from step 0: a resumed smoke run would test nothing.

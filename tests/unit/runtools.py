@@ -7,7 +7,7 @@ Two things this machine lacks are supplied, and nothing else is changed:
   says they are. The trainer itself is replaced through the product's one test hook,
   RECIPE_TEST_TRAINER (recipe.cli._run_trainer): STAND_IN below, which records the argv and
   environment `run` gave it, and then does what the test asks (exit with a code, write a
-  verl-layout checkpoint, wait for a signal).
+  verl-layout checkpoint, the metrics verl's file logger writes, wait for a signal).
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ STAND_IN = textwrap.dedent(
     with open(os.environ["STAND_IN_RECORD"], "w") as record:
         json.dump({"argv": argv, "env": dict(os.environ)}, record)
     mode = os.environ.get("STAND_IN_MODE", "exit")
+    if os.environ.get("STAND_IN_METRICS"):
+        # What verl's file logger writes (PROFILE=smoke plans it): the step metrics of a recorded run.
+        shutil.copyfile(os.environ["STAND_IN_METRICS"], os.environ["VERL_FILE_LOGGER_PATH"])
     if mode == "save":
         # What verl writes at a save (checkpoint layout v2), under the default_local_dir it was given.
         value = [a for a in argv if a.startswith("trainer.default_local_dir=")][-1].split("=", 1)[1]

@@ -1,18 +1,10 @@
-"""The trainer rehearsal (tests/rehearsal.py) in the CPU test venv.
+"""The trainer rehearsal (tests/rehearsal.py) in the CPU test venv: what a missing TransferQueue does.
 
 verl's real `python -m verl.trainer.main_ppo`, with the smoke plan's own argv, under a Ray
-head of the rehearsal's own with one GPU declared, on a machine without any: it must get
-through every stage that needs no device and stop at the first device use, named.
-
-On CPU torch that first use is the actor's process group: verl asks for
-`cpu:gloo,cuda:nccl` (verl/utils/distributed.py:initialize_global_process_group_ray, the
-first call of TrainingWorker.__init__ inside ActorRolloutRefWorker.init_model), and CPU
-torch has no NCCL. The reward set-up is never reached without a device, on CPU or in an
-image: verl 0.9.1's V1 trainer builds its RewardLoopManager after init_model (see the
-`reward` stage in tests/rehearsal.py).
-
-The full run takes about 2 minutes on 2 cores (TransferQueue starts 9 Ray actors, each a
-Python process), the one with TransferQueue hidden about 30 s; more on a loaded machine.
+head of the rehearsal's own. The whole start path runs twice elsewhere, so not here again:
+tests/images/gpu/test_rehearsal.py rehearses it in the gpu image up to the first device use,
+and the CPU e2e (tests/e2e) runs the same plan's trainer through every stage and trains.
+This run, with TransferQueue hidden, takes about 30 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -33,13 +25,9 @@ from tests.support.needs import TRAINER_EXTRA, needs
 # (a missing dependency of its own) is this module's error, with its message.
 needs("verl", install=TRAINER_EXTRA)
 
-from ...rehearsal import STAGES, Result, rehearse  # noqa: E402
+from ...rehearsal import rehearse  # noqa: E402
 
 pytestmark = pytest.mark.verl
-
-#: Stages reached before the first device use (the CPU venv reaches all of them).
-BEFORE_DEVICE = [stage.name for stage in STAGES if stage.before_device]
-
 
 @pytest.fixture(scope="module")
 def short_tmp(built: SmokeAssets) -> Iterator[Path]:
@@ -53,35 +41,6 @@ def short_tmp(built: SmokeAssets) -> Iterator[Path]:
     (path / "ck" / SMOKE_ASSETS_DIRNAME).symlink_to(built.root, target_is_directory=True)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def rehearsal(short_tmp: Path) -> Result:
-    """One full rehearsal for the module."""
-    return rehearse(short_tmp / "full", timeout_s=600, checkpoint_dir=short_tmp / "ck")
-
-
-def test_every_stage_before_the_device_is_reached(rehearsal: Result) -> None:
-    assert rehearsal.setup_error is None
-    assert rehearsal.expected == BEFORE_DEVICE
-    assert rehearsal.reached == BEFORE_DEVICE, rehearsal.to_json()
-    assert not rehearsal.timed_out
-
-
-def test_it_stops_at_the_first_device_use_named(rehearsal: Result) -> None:
-    failure = rehearsal.failure
-    assert failure is not None, rehearsal.to_json()
-    assert (failure.type, failure.message) == ("RuntimeError", "Distributed package doesn't have NCCL built in")
-    assert failure.device_use == "torch without NCCL (CPU build)"
-    assert failure.raised_in == "verl/utils/distributed.py:initialize_global_process_group_ray"
-    assert rehearsal.stopped_at_device
-    assert rehearsal.exit_code == 1
-
-
-def test_the_processor_is_built_or_missing_only_torchvision(rehearsal: Result) -> None:
-    # verl goes on text-only without a processor. This venv has no torchvision (the trainer
-    # extra leaves it out; the images have it), which the Qwen3-VL video processor needs.
-    assert rehearsal.processor_error is None or "Torchvision" in rehearsal.processor_error
 
 
 def test_it_names_a_missing_transferqueue(short_tmp: Path) -> None:

@@ -2,26 +2,47 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 from recipe.launch import override_value
 from recipe.smoke import SmokeAssets
-from recipe.smoke.profile import SMOKE_ASSETS_DIRNAME
+from recipe.smoke import reward
+from recipe.smoke.profile import SMOKE_ASSETS_DIRNAME, VERDICT_FILE
 
 from ..runtools import cli, recorded, run_environment
+from .test_verdict import TRAINED, write_metrics
 
 
-def test_profile_smoke_runs_the_trainer_on_its_own_model_and_data(built: SmokeAssets, tmp_path: Path) -> None:
+def _smoke_run(built: SmokeAssets, tmp_path: Path, trained: bool) -> tuple[Path, dict[str, str]]:
+    """`run`'s environment for PROFILE=smoke; the stand-in saves step 3 (the build's weights, +1 on one tensor
+    when `trained`) and logs the recorded metrics of 3 steps."""
+    from safetensors.torch import load_file, save_file
+
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
     # The session's build, where `run` builds it: `run` reuses a build whose manifest matches.
     (checkpoints / SMOKE_ASSETS_DIRNAME).symlink_to(built.root, target_is_directory=True)
-    env = run_environment(tmp_path, tmp_path / "unused", PROFILE="smoke", DEVICE="gpu",
-                          CHECKPOINT_DIR=str(checkpoints))
+    export = shutil.copytree(built.model_path, tmp_path / "export")
+    if trained:
+        tensors = load_file(export / "model.safetensors")
+        tensors[TRAINED] = tensors[TRAINED] + 1
+        save_file(tensors, export / "model.safetensors", metadata={"format": "pt"})
+    metrics = write_metrics(tmp_path / "recorded.jsonl", lambda steps: steps.update({3: dict(steps[2])}))
+    env = run_environment(tmp_path, tmp_path / "unused", PROFILE="smoke", DEVICE="gpu", CHECKPOINT_DIR=str(checkpoints))
     for name in ("MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "PROJECT_NAME", "EXPERIMENT_NAME"):
         env.pop(name)
+    env |= {"STAND_IN_MODE": "save", "STAND_IN_EXPORT": str(export), "STAND_IN_METRICS": str(metrics)}
+    return checkpoints, env
+
+
+def test_profile_smoke_runs_the_trainer_on_its_own_model_and_data_and_passes(
+    built: SmokeAssets, tmp_path: Path
+) -> None:
+    checkpoints, env = _smoke_run(built, tmp_path, trained=True)
     done = cli(["run"], env)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
     assets = checkpoints / SMOKE_ASSETS_DIRNAME
     assert f"Preparing the smoke model and data in {assets}" in done.stdout
     argv = recorded(tmp_path)["argv"]  # type: ignore[index]
@@ -30,3 +51,27 @@ def test_profile_smoke_runs_the_trainer_on_its_own_model_and_data(built: SmokeAs
     assert override_value(argv, "trainer.total_training_steps") == "3"
     assert override_value(argv, "trainer.resume_mode") == "disable"
     assert override_value(argv, "trainer.n_gpus_per_node") == "1"
+    assert override_value(argv, "reward.custom_reward_function.path") == reward.__file__
+    assert done.stdout.splitlines()[-1] == "smoke: PASS"
+    assert "PASS  export was trained" in done.stdout
+    written = json.loads((checkpoints / "grpo_recipe_smoke" / "qwen3_5_moe_tiny" / VERDICT_FILE).read_text())
+    assert written["passed"] is True and len(written["checks"]) == 7
+
+
+def test_profile_smoke_whose_export_was_never_trained_exits_4_naming_the_check(
+    built: SmokeAssets, tmp_path: Path
+) -> None:
+    checkpoints, env = _smoke_run(built, tmp_path, trained=False)
+    done = cli(["run"], env)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "smoke: FAIL"
+    assert "FAIL  export was trained" in done.stdout
+    written = json.loads((checkpoints / "grpo_recipe_smoke" / "qwen3_5_moe_tiny" / VERDICT_FILE).read_text())
+    assert written["passed"] is False
+
+
+def test_profile_smoke_whose_trainer_fails_keeps_the_trainers_code(built: SmokeAssets, tmp_path: Path) -> None:
+    _, env = _smoke_run(built, tmp_path, trained=True)
+    done = cli(["run"], env | {"STAND_IN_MODE": "exit", "STAND_IN_EXIT": "7"})
+    assert done.returncode == 7
+    assert "smoke: FAIL (the trainer exited 7" in done.stdout

@@ -1,0 +1,255 @@
+"""The smoke run's verdict: did this image learn, sync its weights and export them? PASS or FAIL.
+
+`run` with PROFILE=smoke calls `smoke_verdict` once the trainer has exited 0. It reads what
+the run itself left: the metrics verl's file logger wrote for each step (one JSON line each,
+`{"step": N, "data": {metric: value}}`, at the plan's VERL_FILE_LOGGER_PATH), the newest HF
+export and the watcher's report beside it. Each check says what it measured and its limit;
+one failed check fails the verdict. Every file is read as hostile input: a malformed line, a
+missing file or a non-number is a failed check that says so, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+#: GRPO's advantages: not all equal when the rewards differ within some prompt's group of samples.
+ADVANTAGE_MAX, ADVANTAGE_MIN = "critic/advantages/max", "critic/advantages/min"
+GRAD_NORM = "actor/grad_norm"
+PROBS_DIFF_MAX = "training/rollout_probs_diff_max"
+#: vLLM's and the actor's probabilities of the same sampled tokens, both bf16, other kernels: measured up to
+#: 9.5e-4 on CPU (tests/e2e); a weight sync that loses or mangles a tensor moves them by 1e-1 and more.
+PROBS_DIFF_LIMIT = 1e-2
+
+#: What a failed check usually means, for the block's last lines and docs/smoke.md.
+HINTS: Mapping[str, str] = {
+    "steps": "the trainer stopped early or logged nothing: look for the last `step:` line and the Ray worker "
+    "errors after it (a failure before step 1 is usually the device stack: driver, container runtime, NCCL/HCCL)",
+    "rewards vary within a prompt's group": "every sample of a prompt got the same reward, so GRPO has no "
+    "signal: the reward function (reward.custom_reward_function) or identical samples from vLLM (a seed per prompt)",
+    "gradients": "no gradient reached the actor: the optimizer, the loss or the Megatron engine",
+    "rollout matches actor": "vLLM samples with other weights than Megatron trains: the weight sync "
+    "(update_weights), sleep/wake or a dtype mismatch",
+    "HF export": "Megatron-Bridge's export: see the report beside the export (verify-export)",
+    "export was trained": "the export holds the initial weights: the export read stale weights, or training "
+    "never changed them",
+    "export watcher": "`run`'s watcher found the save broken or could not check it: its report is beside the export",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One property of the run: what was measured against which limit."""
+
+    name: str
+    passed: bool
+    measured: str
+    limit: str
+
+    @property
+    def hint(self) -> str:
+        """What this check failing usually means."""
+        return HINTS.get(self.name, "")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Every check, PASS when all passed."""
+
+    checks: tuple[Check, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+    def to_text(self) -> str:
+        """The block `run` prints: one line per check, the failed checks' hints, then `smoke: PASS|FAIL`."""
+        width = max(len(check.name) for check in self.checks)
+        lines = ["smoke verdict:"]
+        for check in self.checks:
+            mark = "PASS" if check.passed else "FAIL"
+            lines.append(f"  {mark}  {check.name:<{width}}  {check.measured}  (limit: {check.limit})")
+        lines += [f"  {check.name}: {check.hint}" for check in self.checks if not check.passed and check.hint]
+        lines.append(f"smoke: {'PASS' if self.passed else 'FAIL'}")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        """One JSON document: `passed` and every check."""
+        return json.dumps({"passed": self.passed, "checks": [asdict(c) for c in self.checks]}, indent=2)
+
+
+class MetricsError(Exception):
+    """The metrics file cannot be read as verl's file logger writes it."""
+
+
+def read_metrics(path: Path) -> dict[int, dict[str, float]]:
+    """{step: {metric: value}} from verl's file logger; a later line of a step wins. Non-numbers are left out.
+
+    Raises MetricsError naming the file (and line) when it is missing or a line is not
+    `{"step": <int>, "data": {...}}`.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as error:
+        raise MetricsError(f"{path}: cannot read the metrics verl logs ({error.strerror or error})") from None
+    steps: dict[int, dict[str, float]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise MetricsError(f"{path}:{number}: not a JSON line") from None
+        step = record.get("step") if isinstance(record, dict) else None
+        data = record.get("data") if isinstance(record, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int) or not isinstance(data, dict):
+            raise MetricsError(f'{path}:{number}: not a metrics line ({{"step": <int>, "data": {{...}}}})')
+        steps.setdefault(step, {}).update(
+            {str(name): float(value) for name, value in data.items() if _number(value)}
+        )
+    return steps
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _per_step(
+    metrics: Mapping[int, Mapping[str, float]], steps: int, value: Callable[[Mapping[str, float]], float | None]
+) -> tuple[list[float], list[int]]:
+    """The value at each logged step of 1..steps, and the logged steps where it is missing or not finite.
+
+    A step that was not logged at all is the "steps" check's failure, not every check's.
+    """
+    found, missing = [], []
+    for step in (step for step in range(1, steps + 1) if step in metrics):
+        measured = value(metrics[step])
+        if measured is None or not math.isfinite(measured):
+            missing.append(step)
+        else:
+            found.append(measured)
+    return found, missing
+
+
+def _spread(values: Mapping[str, float]) -> float | None:
+    if ADVANTAGE_MAX not in values or ADVANTAGE_MIN not in values:
+        return None
+    return values[ADVANTAGE_MAX] - values[ADVANTAGE_MIN]
+
+
+def _steps_ran(metrics: Mapping[int, Mapping[str, float]], steps: int) -> Check:
+    ran = [step for step in range(1, steps + 1) if step in metrics]
+    return Check("steps", len(ran) == steps, f"{len(ran)} of {steps} logged", f"every step 1..{steps}")
+
+
+def _at_every_step(
+    name: str,
+    metrics: Mapping[int, Mapping[str, float]],
+    steps: int,
+    value: Callable[[Mapping[str, float]], float | None],
+    good: Callable[[float], bool],
+    worst: Callable[[Iterable[float]], float],
+    limit: str,
+) -> Check:
+    found, missing = _per_step(metrics, steps, value)
+    if missing:
+        return Check(name, False, f"not logged (or not a finite number) at step {', '.join(map(str, missing))}", limit)
+    if not found:
+        return Check(name, False, "no step logged", limit)
+    return Check(name, all(good(v) for v in found), f"{worst(found):.3g} at its worst step", limit)
+
+
+def judge_metrics(metrics: Mapping[int, Mapping[str, float]], steps: int) -> list[Check]:
+    """The checks the step metrics decide: every step ran, GRPO had a signal, gradients flowed, vLLM matched."""
+    return [
+        _steps_ran(metrics, steps),
+        _at_every_step(
+            "rewards vary within a prompt's group", metrics, steps, _spread, lambda v: v > 0, min,
+            f"{ADVANTAGE_MAX} - {ADVANTAGE_MIN} > 0 at every step",
+        ),
+        _at_every_step(
+            "gradients", metrics, steps, lambda m: m.get(GRAD_NORM), lambda v: v > 0, min,
+            f"{GRAD_NORM} > 0 at every step",
+        ),
+        _at_every_step(
+            "rollout matches actor", metrics, steps, lambda m: m.get(PROBS_DIFF_MAX),
+            lambda v: v < PROBS_DIFF_LIMIT, max, f"{PROBS_DIFF_MAX} < {PROBS_DIFF_LIMIT:g} at every step",
+        ),
+    ]  # fmt: skip
+
+
+def _export_report(export: Path, initial_model: Path) -> Check:
+    from recipe.export.expected import ExportCheckError
+    from recipe.export.hf_check import verify_export
+
+    limit = "COMPLETE, or LENIENT with its reason"
+    try:
+        report = verify_export(export, reference=initial_model)
+    except ExportCheckError as error:
+        return Check("HF export", False, f"cannot be checked: {error}", limit)
+    measured = report.status.upper()
+    if report.status == "lenient":
+        measured += f" ({'; '.join(report.allowed)})"
+    elif report.status == "broken":
+        measured += f" ({report.present_count} of {report.expected_count} tensors; verify-export {export})"
+    return Check("HF export", report.status != "broken", measured, limit)
+
+
+def _export_was_trained(export: Path, initial_model: Path) -> Check:
+    """Some tensor of the export differs from the initial model's (compared in fp32, first difference wins)."""
+    from safetensors import safe_open
+
+    from recipe.export.shards import read_checkpoint
+
+    limit = "some tensor differs from the initial model's"
+    exported, initial = read_checkpoint(export), read_checkpoint(initial_model)
+    if exported.errors or initial.errors:
+        return Check("export was trained", False, f"unreadable: {(exported.errors + initial.errors)[0]}", limit)
+    shared = sorted(set(exported.tensors) & set(initial.tensors))
+    for name in shared:
+        with (
+            safe_open(str(export / exported.tensors[name].shard), framework="pt") as ours,
+            safe_open(str(initial_model / initial.tensors[name].shard), framework="pt") as theirs,
+        ):
+            if not ours.get_tensor(name).float().equal(theirs.get_tensor(name).float()):
+                return Check("export was trained", True, f"{name} differs", limit)
+    return Check("export was trained", False, f"all {len(shared)} shared tensors equal the initial model's", limit)
+
+
+def _watcher_report(export: Path) -> Check:
+    from recipe.export.watch import REPORT_NAME
+
+    path = export.parent / REPORT_NAME
+    limit = "its report says COMPLETE or LENIENT"
+    try:
+        status = json.loads(path.read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return Check("export watcher", False, f"no readable report at {path}", limit)
+    return Check("export watcher", status in ("complete", "lenient"), str(status).upper(), limit)
+
+
+def judge_export(checkpoint_root: Path, initial_model: Path) -> list[Check]:
+    """The checks of the newest finished save: its HF export, that it was trained, the watcher's report."""
+    from recipe.export.watch import latest_hf_export
+
+    export = latest_hf_export(checkpoint_root)
+    if export is None:
+        return [Check("HF export", False, f"no finished save with an HF export under {checkpoint_root}", "one")]
+    return [
+        _export_report(export.directory, initial_model),
+        _export_was_trained(export.directory, initial_model),
+        _watcher_report(export.directory),
+    ]
+
+
+def smoke_verdict(metrics_file: Path, steps: int, checkpoint_root: Path, initial_model: Path) -> Verdict:
+    """Judge a finished smoke run from its metrics file and its newest save."""
+    try:
+        checks = judge_metrics(read_metrics(metrics_file), steps)
+    except MetricsError as error:
+        checks = [Check("steps", False, str(error), f"every step 1..{steps}")]
+    return Verdict(tuple(checks + judge_export(checkpoint_root, initial_model)))

@@ -1,0 +1,168 @@
+"""The smoke verdict on recorded metrics and tiny files, no trainer: PASS on a good run, FAIL naming the check.
+
+data/recorded_metrics.jsonl holds steps 1 and 2 of a real smoke run (the CPU e2e's uninterrupted
+run of the smoke Qwen3.5-MoE), in verl's file-logger format, reduced to the metrics that matter.
+Each broken run below is that run with one thing broken.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from recipe.smoke import SmokeAssets
+from recipe.smoke.verdict import (
+    ADVANTAGE_MAX,
+    ADVANTAGE_MIN,
+    GRAD_NORM,
+    PROBS_DIFF_LIMIT,
+    PROBS_DIFF_MAX,
+    MetricsError,
+    judge_metrics,
+    read_metrics,
+    smoke_verdict,
+)
+from tests.support.needs import needs
+
+RECORDED = Path(__file__).parent / "data" / "recorded_metrics.jsonl"
+STEPS = 2
+#: A tensor of the smoke model every save carries (the final norm).
+TRAINED = "model.language_model.norm.weight"
+
+
+def write_metrics(path: Path, change: Callable[[dict[int, dict[str, Any]]], None] = lambda _: None) -> Path:
+    """The recorded metrics, changed by `change({step: data})`, as verl's file logger writes them."""
+    steps = {record["step"]: record["data"] for record in map(json.loads, RECORDED.read_text().splitlines())}
+    change(steps)
+    path.write_text("".join(json.dumps({"step": step, "data": data}) + "\n" for step, data in sorted(steps.items())))
+    return path
+
+
+def failed(checks: list[Any]) -> list[str]:
+    return [check.name for check in checks if not check.passed]
+
+
+def test_the_recorded_run_passes() -> None:
+    checks = judge_metrics(read_metrics(RECORDED), STEPS)
+    assert failed(checks) == [] and len(checks) == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "check"),
+    [
+        ("zero reward", lambda s: [d.update({ADVANTAGE_MAX: 0.0, ADVANTAGE_MIN: 0.0}) for d in s.values()],
+         "rewards vary within a prompt's group"),
+        ("zero grad_norm", lambda s: s[2].update({GRAD_NORM: 0.0}), "gradients"),
+        ("probabilities apart", lambda s: s[1].update({PROBS_DIFF_MAX: 3 * PROBS_DIFF_LIMIT}), "rollout matches actor"),
+        ("missing step", lambda s: s.pop(2), "steps"),
+        ("metric not logged", lambda s: s[1].pop(GRAD_NORM), "gradients"),
+        ("NaN grad_norm", lambda s: s[2].update({GRAD_NORM: float("nan")}), "gradients"),
+    ],
+)  # fmt: skip
+def test_a_broken_run_fails_its_check(name: str, change: Callable[..., Any], check: str, tmp_path: Path) -> None:
+    checks = judge_metrics(read_metrics(write_metrics(tmp_path / "m.jsonl", change)), STEPS)
+    assert failed(checks) == [check], name
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"step": 1, "data": {}}\nnot json\n', r"m\.jsonl:2: not a JSON line"),
+        ('{"step": "1", "data": {}}\n', r"m\.jsonl:1: not a metrics line"),
+        ('{"step": true, "data": {}}\n', r"m\.jsonl:1: not a metrics line"),
+        ('[1, 2]\n', r"m\.jsonl:1: not a metrics line"),
+    ],
+)
+def test_a_malformed_metrics_file_is_named_with_its_line(content: str, message: str, tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text(content)
+    with pytest.raises(MetricsError, match=message):
+        read_metrics(path)
+
+
+@given(st.text(max_size=400))
+def test_any_file_content_is_metrics_or_a_metrics_error(content: str) -> None:
+    """Hostile input, through the real JSON parser: a dict of finite-or-not floats, or MetricsError; nothing else."""
+    import tempfile  # a fixture's tmp_path would be shared by every generated example
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "m.jsonl"
+        path.write_text(content, encoding="utf-8")
+        try:
+            metrics = read_metrics(path)
+        except MetricsError:
+            return
+        assert all(isinstance(step, int) for step in metrics)
+        assert all(isinstance(value, float) for data in metrics.values() for value in data.values())
+
+
+# --- the whole verdict: metrics and the newest save -------------------------------------------------------------
+
+
+def _run(tmp_path: Path, built: SmokeAssets, trained: bool, report: bool = True) -> tuple[Path, Path]:
+    """A finished smoke run: its metrics file and root (global_step_2 with an HF export, its manifest, the watcher's report)."""
+    needs("safetensors", install="the trainer extra")
+    from safetensors.torch import load_file, save_file
+
+    from recipe.export.watch import HFExport, check_export
+
+    root = tmp_path / "root"
+    actor = root / "global_step_2" / "actor"
+    export = actor / "model" / "huggingface"
+    shutil.copytree(built.model_path, export)
+    if trained:
+        shard = export / "model.safetensors"
+        tensors = load_file(shard)
+        tensors[TRAINED] = tensors[TRAINED] + 1
+        save_file(tensors, shard, metadata={"format": "pt"})
+    (actor / "ckpt_contents.json").write_text("{}")
+    if report:
+        check_export(HFExport(2, export, True), reference=built.model_path)
+    return write_metrics(tmp_path / "m.jsonl"), root
+
+
+def test_a_good_run_passes_with_every_check(tmp_path: Path, built: SmokeAssets) -> None:
+    metrics, root = _run(tmp_path, built, trained=True)
+    verdict = smoke_verdict(metrics, STEPS, root, built.model_path)
+    assert verdict.passed, verdict.to_text()
+    assert [check.name for check in verdict.checks] == [
+        "steps", "rewards vary within a prompt's group", "gradients", "rollout matches actor",
+        "HF export", "export was trained", "export watcher",
+    ]  # fmt: skip
+    assert verdict.to_text().splitlines()[-1] == "smoke: PASS"
+    assert json.loads(verdict.to_json())["passed"] is True
+
+
+def test_an_export_of_the_initial_weights_fails(tmp_path: Path, built: SmokeAssets) -> None:
+    metrics, root = _run(tmp_path, built, trained=False)
+    verdict = smoke_verdict(metrics, STEPS, root, built.model_path)
+    assert failed(list(verdict.checks)) == ["export was trained"]
+    assert verdict.to_text().splitlines()[-1] == "smoke: FAIL"
+    assert "export was trained: the export holds the initial weights" in verdict.to_text()
+
+
+def test_a_broken_export_and_no_watcher_report_fail(tmp_path: Path, built: SmokeAssets) -> None:
+    from safetensors.torch import load_file, save_file
+
+    metrics, root = _run(tmp_path, built, trained=True, report=False)
+    shard = root / "global_step_2" / "actor" / "model" / "huggingface" / "model.safetensors"
+    tensors = load_file(shard)
+    del tensors["model.language_model.layers.0.mlp.shared_expert.down_proj.weight"]
+    save_file(tensors, shard, metadata={"format": "pt"})
+    verdict = smoke_verdict(metrics, STEPS, root, built.model_path)
+    assert failed(list(verdict.checks)) == ["HF export", "export watcher"]
+    assert "BROKEN" in verdict.to_text()
+
+
+def test_no_metrics_file_fails_the_steps_check(tmp_path: Path, built: SmokeAssets) -> None:
+    _, root = _run(tmp_path, built, trained=True)
+    verdict = smoke_verdict(tmp_path / "absent.jsonl", STEPS, root, built.model_path)
+    assert failed(list(verdict.checks)) == ["steps"]
+    assert "cannot read the metrics" in verdict.checks[0].measured

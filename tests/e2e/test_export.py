@@ -10,9 +10,9 @@ from tests.e2e.harness.checks import changed_tensors, hf_weights, verify_export
 from tests.e2e.harness.withhold import copy_without
 
 #: A tensor the model needs but whose absence is not critical (not embeddings, lm_head, a norm, a whole layer).
-ORDINARY = "model.layers.0.mlp.down_proj.weight"
+ORDINARY = "model.language_model.layers.0.mlp.shared_expert.down_proj.weight"
 #: A critical one: the export is broken without it whatever is allowed (docs/export.md).
-CRITICAL = "model.embed_tokens.weight"
+CRITICAL = "model.language_model.embed_tokens.weight"
 
 
 def test_step_2_export_exists(e2e: E2ERun) -> None:
@@ -50,7 +50,7 @@ def test_withheld_tensor_is_broken_unless_allowed(e2e: E2ERun, tmp_path: Path) -
     lenient = copy_without(e2e.hf_export(2), tmp_path / "lenient", [ORDINARY])
     code, report = verify_export(lenient)
     assert (code, report["status"], report["missing"]) == (1, "broken", [ORDINARY])
-    code, report = verify_export(lenient, "--allow", r"^model\.layers\.0\.mlp\.down_proj\.")
+    code, report = verify_export(lenient, "--allow", r"^model\.language_model\.layers\.0\.mlp\.shared_expert\.down_proj\.")
     assert (code, report["status"]) == (0, "lenient")
     assert report["allowed"] and ORDINARY in report["allowed"][0]
 

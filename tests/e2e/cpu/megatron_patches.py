@@ -173,6 +173,10 @@ class _CpuCuda:
     max_memory_allocated = staticmethod(lambda *a, **k: 0)
     memory_reserved = staticmethod(lambda *a, **k: 0)
     reset_peak_memory_stats = staticmethod(lambda *a, **k: None)
+    # modelling_qwen3_vl/model.py:559: torch.cuda.nvtx.range_push raises "NVTX functions not installed" on CPU torch.
+    nvtx = types.SimpleNamespace(
+        range_push=lambda *a, **k: None, range_pop=lambda *a, **k: None, mark=lambda *a, **k: None
+    )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(torch.cuda, name)
@@ -206,9 +210,15 @@ class _CpuTorch(types.ModuleType):
         return getattr(torch, name)
 
 
-for _factory in ("zeros", "ones", "empty", "full", "tensor", "arange", "zeros_like", "ones_like", "empty_like",
+for _factory in ("zeros", "ones", "full", "tensor", "arange", "zeros_like", "ones_like",
                  "full_like", "randn", "rand", "as_tensor"):
     setattr(_CpuTorch, _factory, staticmethod(_on_cpu(getattr(torch, _factory))))
+# (M11) torch.empty means zeros in these modules: megatron/core/optimizer/distrib_optimizer.py:1922 fills the gaps
+# between parameters in the optimizer checkpoint (each parameter starts at a multiple of 64 in the grad buffer) with
+# torch.empty, so two saves of the same optimizer state differ in those bytes. Nothing reads them as state; with
+# zeros, the resume tests compare the checkpoints of two runs element by element.
+_CpuTorch.empty = staticmethod(_on_cpu(torch.zeros))  # type: ignore[attr-defined]
+_CpuTorch.empty_like = staticmethod(_on_cpu(torch.zeros_like))  # type: ignore[attr-defined]
 _CpuTorch.device = staticmethod(  # type: ignore[attr-defined]
     lambda *a, **k: torch.device(_cpu_device(a[0]) if a else k.get("type"), *a[1:])
 )
@@ -262,6 +272,17 @@ CUDA_MODULES: tuple[str, ...] = (
     "megatron.core.dist_checkpointing.strategies.fully_parallel",
     "megatron.core.dist_checkpointing.strategies.async_utils",
     "megatron.core.dist_checkpointing.exchange_utils",
+    # Qwen3.5: gated_delta_net/common.py:230-249 nn.Conv1d/empty(device=torch.cuda.current_device())
+    "megatron.core.ssm.gated_delta_net.common",
+    "megatron.core.ssm.gated_delta_net.gdn",
+    # modelling_qwen3_vl/rope.py:134 inv_freq on torch.cuda.current_device(); model.py:559 torch.cuda.nvtx
+    "megatron.bridge.models.qwen_vl.modelling_qwen3_vl.rope",
+    "megatron.bridge.models.qwen_vl.modelling_qwen3_vl.model",
+    "megatron.bridge.models.qwen_vl.modelling_qwen3_vl.vision_model",
+    "megatron.bridge.models.qwen_vl.modelling_qwen3_vl.text_model",
+    "megatron.bridge.models.qwen_vl.modelling_qwen3_vl.attention",
+    "megatron.bridge.models.qwen_vl.modelling_qwen3_vl.transformer_block",
+    "megatron.bridge.models.qwen_vl.modelling_qwen3_vl.utils",
 )
 
 
@@ -353,9 +374,29 @@ def _no_padding_mask_on_local_attention(module: types.ModuleType) -> None:
     def forward(self: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any, **kwargs: Any) -> Any:
         if attention_mask is not None and attention_mask.dim() == 2:
             attention_mask = None
+        packed = kwargs.pop("packed_seq_params", None)
+        if packed is not None:
+            return _packed_attention(original, self, query, key, value, packed, *args, **kwargs)
         return original(self, query, key, value, attention_mask, *args, **kwargs)
 
     cls.forward = forward
+
+
+def _packed_attention(original: Any, self: Any, query: Any, key: Any, value: Any, packed: Any, *args: Any,
+                      **kwargs: Any) -> Any:  # fmt: skip
+    """(M13) megatron/core/transformer/dot_product_attention.py:153 refuses packed (THD) sequences; TE's attention
+    takes them. Qwen3.5's vision tower always packs its images (modelling_qwen3_vl/vision_model.py:346), and
+    verl's remove-padding path packs the text. Here each packed sequence is attended on its own, with the
+    layer's own mask type: [t, heads, dim] (attention.py:1468 squeezes the batch) -> [t, 1, heads * dim]."""
+    if packed.qkv_format != "thd":
+        raise NotImplementedError(f"packed sequences in {packed.qkv_format!r} format on CPU")
+    bounds = packed.cu_seqlens_q_padded if packed.cu_seqlens_q_padded is not None else packed.cu_seqlens_q
+    edges = [int(edge) for edge in bounds.tolist()]
+    outputs = [
+        original(self, query[a:b].unsqueeze(1), key[a:b].unsqueeze(1), value[a:b].unsqueeze(1), None, *args, **kwargs)
+        for a, b in zip(edges[:-1], edges[1:])
+    ]
+    return torch.cat(outputs, dim=0)
 
 
 @after_import("megatron.core.optimizer.distrib_optimizer")
@@ -387,3 +428,34 @@ def _state_before_first_step(module: types.ModuleType) -> None:
         return original(self)
 
     cls.state_dict = state_dict
+
+
+@after_import("megatron.core.optimizer.distrib_optimizer")
+def _adam_step_from_the_checkpoint(module: types.ModuleType) -> None:
+    """(M12) Without Apex or Transformer Engine, megatron-core 0.19.2's DistributedOptimizer.load_state_dict loses
+    Adam's step on a resume, twice over (found by tests/e2e/test_resume.py: the resumed run's step was 146, then,
+    with the first fixed, 1, where the uninterrupted run's was 2):
+    - distrib_optimizer.py:1024-1032 gives every parameter's state the same `step` tensor, which torch's AdamW
+      then increments in place once per parameter (`step_t += 1`): 146 per optimizer step on the smoke model;
+    - distrib_optimizer.py:1958-1962 keeps `step` out of the dp_reshardable checkpoint as a
+      LocalNonpersistentObject holding the template's tensor, i.e. the step before the load (0 in a fresh
+      process), and _set_main_param_and_optimizer_states (line 1193) then copies it over the loaded one.
+    With Transformer Engine's FusedAdam the step lives in the param groups, not per parameter. Here each
+    parameter gets its own tensor holding the step of the checkpoint's param groups, after the load."""
+    if module.HAVE_APEX_OR_TE:
+        return
+    cls = module.DistributedOptimizer
+    original = cls.load_state_dict
+
+    def load_state_dict(self: Any, state_dict: Any) -> Any:
+        steps = {float(group["step"]) for group in state_dict["optimizer"]["param_groups"] if "step" in group}
+        result = original(self, state_dict)
+        inner = self.optimizer
+        if len(steps) == 1 and isinstance(inner, torch.optim.Optimizer):
+            step = steps.pop()
+            for state in inner.state.values():
+                if isinstance(state.get("step"), torch.Tensor):
+                    state["step"] = torch.tensor(step, dtype=state["step"].dtype)
+        return result
+
+    cls.load_state_dict = load_state_dict

@@ -15,6 +15,7 @@ import sys
 import types
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 
 from tests.e2e.cpu.hooks import after_import, log
@@ -27,6 +28,11 @@ def _keep_live_weight(original: Any) -> Any:
         weight = getattr(layer, "weight", None)
         if weight is not None and weight.ndim == 2:
             layer.cpu_linear = lambda x, weight, bias: F.linear(x, weight, bias)
+            return None
+        if weight is not None and not weight.is_meta:
+            # Qwen3.5's DeltaNet conv1d weight [dim, 1, width]: on AMX CPUs utils.py:245-263 replaces it by a
+            # packed 2-D tensor, so verl's next load_weights fails in mamba_mixer2.py:219 ("expand(...[256, 1, 4],
+            # size=[256, 4])"). Kept live; _gdn_without_amx below takes the kernels that read it unpacked.
             return None
         return original(layer, remove_weight)
 
@@ -69,3 +75,61 @@ def _moe_keeps_live_weights(module: types.ModuleType) -> None:
 
     cls.__init__ = __init__
     log("vLLM CPU fused MoE on the torch path over the live expert weights")
+
+
+class _NoAmxCpu(types.ModuleType):
+    """torch.cpu, saying that the CPU has no AMX tiles."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cpu, name)
+
+    @staticmethod
+    def _is_amx_tile_supported() -> bool:
+        return False
+
+
+class _NoAmxTorch(types.ModuleType):
+    cpu = _NoAmxCpu("torch.cpu")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+@after_import("vllm.model_executor.layers.mamba.ops.cpu.gdn_attention")
+def _gdn_without_amx(module: types.ModuleType) -> None:
+    """vllm/model_executor/layers/mamba/ops/cpu/gdn_attention.py:106 runs the AMX causal conv, which needs the
+    packed weight, whenever the CPU has AMX: its non-AMX path (vLLM's own C++ gated delta rule) reads the live
+    [dim, 1, width] weight that verl's sync writes. Same on every CPU, so a run does not depend on the host's ISA."""
+    module.torch = _NoAmxTorch("torch")
+    log("vLLM CPU Gated DeltaNet: the non-AMX path over the live conv1d weight")
+
+
+#: The log line of each weight sync: `[tests.e2e.cpu] weight sync wrote W of P vLLM parameters; not written: [...]`.
+SYNC_LINE = "weight sync wrote {written} of {total} vLLM parameters; not written: {missing}"
+
+
+@after_import("verl.workers.rollout.vllm_rollout.utils")
+def _count_written_parameters(module: types.ModuleType) -> None:
+    """Which of vLLM's parameters each of verl's weight syncs writes (verl/workers/rollout/vllm_rollout/utils.py:248).
+
+    vLLM's load_weights returns the names it loaded, but not those of fused-MoE experts (measured: the 8 expert
+    parameters of the smoke model are missing from the set, though written), and a value compared before and after
+    cannot tell an unwritten parameter from one written with the same value (the first sync writes the weights vLLM
+    loaded from the same checkpoint). So every parameter is set to NaN before the sync: one still NaN after it was
+    not written, and the log line names it."""
+    extension = module.vLLMColocateWorkerExtension
+    original = extension.update_weights_from_ipc
+
+    def update_weights_from_ipc(self: Any, *args: Any, **kwargs: Any) -> Any:
+        parameters = dict(self.model_runner.model.named_parameters())
+        for parameter in parameters.values():
+            if parameter.is_floating_point():
+                parameter.data.fill_(float("nan"))
+        result = original(self, *args, **kwargs)
+        missing = sorted(
+            name for name, parameter in parameters.items() if parameter.is_floating_point() and parameter.data.isnan().any()
+        )
+        log(SYNC_LINE.format(written=len(parameters) - len(missing), total=len(parameters), missing=missing))
+        return result
+
+    extension.update_weights_from_ipc = update_weights_from_ipc

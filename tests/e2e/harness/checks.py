@@ -27,10 +27,11 @@ def verify_export(directory: Path, *args: str) -> tuple[int, dict[str, Any]]:
 
 
 def hf_weights(directory: Path) -> dict[str, Any]:
-    """The state dict transformers loads from `directory` (AutoModelForCausalLM)."""
-    from transformers import AutoModelForCausalLM
+    """The state dict transformers loads from `directory`, with the class its config.json names (the whole VLM)."""
+    import transformers
 
-    return dict(AutoModelForCausalLM.from_pretrained(directory).state_dict())
+    architecture = json.loads((directory / "config.json").read_text())["architectures"][0]
+    return dict(getattr(transformers, architecture).from_pretrained(directory).state_dict())
 
 
 def changed_tensors(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

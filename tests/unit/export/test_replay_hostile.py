@@ -49,7 +49,11 @@ def _replay(path: Path, capsys: Any = None) -> tuple[int, str, str]:
 def _sourced(shell: str, env_file: Path, name: str) -> str | None:
     """The value of `name` after `set -a; . env_file` in `shell`, or None when unset; the shell must run nothing else."""
     script = f'set -a; . "{env_file}"; set +a; if [ "${{{name}+set}}" = set ]; then printf %s "${name}"; else exit 3; fi'
-    done = subprocess.run([shell, "-c", script], capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    # In the env file's own folder: a value that ran as shell code could only write there.
+    done = subprocess.run(
+        [shell, "-c", script], capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"},
+        cwd=env_file.parent,
+    )  # fmt: skip
     return None if done.returncode == 3 else done.stdout
 
 

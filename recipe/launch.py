@@ -396,6 +396,8 @@ class UserOverride:
     package: str | None
     #: Every string in its value, as Hydra hands them to OmegaConf.
     strings: tuple[str, ...]
+    #: Secret names it sets a value for: a word of its key, or a key inside its value (is_secret_name).
+    secrets_set: tuple[str, ...] = ()
 
 
 def parse_user_override(text: str, parser: Any) -> UserOverride | str:
@@ -415,12 +417,41 @@ def parse_user_override(text: str, parser: Any) -> UserOverride | str:
         value = parsed.value()
     except Exception as error:
         return f"override {text!r}: Hydra cannot evaluate its value ({_first_line(error)})"
+    key = parsed.key_or_group.replace("/", ".")
     return UserOverride(
         text=text,
-        key=parsed.key_or_group.replace("/", "."),
+        key=key,
         package=parsed.package,
         strings=tuple(_strings_in(value)),
+        secrets_set=tuple(_secrets_set(key, value)),
     )
+
+
+def _secrets_set(key: str, value: Any) -> list[str]:
+    """The secret names an override gives a value to: the last word of its key, or a key of a dict in its value."""
+    found = [key.rsplit(".", 1)[-1]] if value not in (None, "") and is_secret_name(key.rsplit(".", 1)[-1]) else []
+    if isinstance(value, dict):
+        for name, inner in value.items():
+            found += _secrets_set(str(name), inner)
+    elif isinstance(value, (list, tuple)):
+        for inner in value:
+            found += _secrets_set("", inner)
+    return found
+
+
+def literal_secret_problems(override: UserOverride) -> list[str]:
+    """Refusals of an override that gives a secret a literal value (the line names the key, never the value).
+
+    The override text is written into the run record (twice) and printed in `Executing:`; a
+    secret belongs in the environment, which `run` hands to the trainer and every Ray worker
+    and never records.
+    """
+    return [
+        f"override of {override.key}: gives the secret {name} a value after `--`, where it would be recorded in "
+        f"run-record.json and printed; set the environment variable {name} instead (`run` passes it to every Ray "
+        "worker and never records it)"
+        for name in dict.fromkeys(override.secrets_set)
+    ]
 
 
 def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -428,7 +459,7 @@ def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) ->
 
     Each is read with Hydra's own parser, so what Hydra rejects is rejected here. Refused too:
     a key that a recipe setting decides, a parent of one (`trainer={...}`, `~trainer`), a group
-    or package that replaces one, and a value that reads a secret with oc.env. The composition
+    or package that replaces one, a literal value for a secret, and a value that reads a secret with oc.env. The composition
     against verl's own config is plan.verl_config_problems.
     """
     if not extra:
@@ -450,7 +481,10 @@ def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) ->
             continue
         targets = [parsed.key] + ([parsed.package] if parsed.package is not None else [])
         decided_problem = _decided_problem(text, targets, decided)
-        refused = [decided_problem] if decided_problem else secret_reference_problems(text, parsed.strings)
+        # A secret's refusal first and alone: every other message quotes the override, value and all.
+        refused = literal_secret_problems(parsed) or (
+            [decided_problem] if decided_problem else secret_reference_problems(text, parsed.strings)
+        )
         if refused:
             problems.extend(refused)
         else:

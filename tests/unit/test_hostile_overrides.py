@@ -246,3 +246,29 @@ def test_any_spelling_in_the_users_variable_is_kept_out_of_the_workers(value: st
 def test_a_generic_pytorch_alloc_conf_with_expandable_segments_is_refused() -> None:
     problems = _refused(PYTORCH_ALLOC_CONF="expandable_segments:True")
     assert problems[0].startswith("PYTORCH_ALLOC_CONF='expandable_segments:True': ")
+
+
+# --- issue 22, class 4: a secret given literally after `--` ---------------------------------------
+
+_secret_names = st.sampled_from(["HF_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN", "MY_SERVICE_PASSWORD", "S3_ACCESS_KEY"])
+_literal = st.from_regex(r"[A-Za-z0-9_]{8,30}", fullmatch=True)
+
+
+@given(name=_secret_names, value=_literal, shape=st.sampled_from(["key", "dict", "nested"]))
+def test_a_literal_secret_is_refused_and_never_echoed(name: str, value: str, shape: str) -> None:
+    """It would land twice in run-record.json and once in `Executing:`: refused, naming the variable to set,
+    the value nowhere in the message (Hydra's own parser reads each override)."""
+    env_vars = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    override = {
+        "key": f"{env_vars}.{name}={value}",
+        "dict": f"{env_vars}={{{name}: {value}}}",
+        "nested": f"+my_section={{inner: {{{name}: {value}}}}}",
+    }[shape]
+    problems = _refused(override)
+    assert any(f"set the environment variable {name} instead" in p for p in problems), problems
+    assert all(value not in p for p in problems), problems
+
+
+def test_a_secret_set_to_null_or_an_ordinary_key_passes() -> None:
+    plan = _plan(("+ray_kwargs.ray_init.runtime_env.env_vars.HF_TOKEN=null", "+my_section={keyboard_layout: us}"))
+    assert "+my_section={keyboard_layout: us}" in plan.overrides

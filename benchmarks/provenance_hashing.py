@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What the run record's data hashing costs `plan`: `plan --json` with a 1 GB TRAIN_FILES against none.
 
-`plan` hashes TRAIN_FILES and VAL_FILES whole (recipe.provenance), and keeps each hash while
-the file's size and mtime stay the same. This writes a file of SIZE_MB (default 1024) once and
+`plan` hashes TRAIN_FILES and VAL_FILES whole (recipe.digests), and keeps each hash while
+the file's size, mtime and ctime stay the same. This writes a file of SIZE_MB (default 1024) once and
 times, in one process, `plan --json` (a) with no data files, the reference, (b) with the file
 and an empty hash cache, (c) again with the cache filled. It prints the three times and the
 ratios b/a and c/a; target: c/a at most 1.5 (a repeated plan costs about what it did without

@@ -24,7 +24,6 @@ import logging
 import os
 import shlex
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -35,14 +34,16 @@ from typing import Any, Iterator, Sequence
 
 from recipe import cluster
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
+from recipe.digests import FileRefused, open_regular, read_bounded
 from recipe.doctor.command import add_doctor_parser, run_doctor
 from recipe.errors import RecipeConfigError
 from recipe.help import add_command
+from recipe.export.report import printable
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.watch import MANIFEST, REPORT_NAME, watch_exports
 from recipe.launch import METRICS_VARIABLE, checkpoint_root, override_value, resume_mode_problem
 from recipe.plan import Plan, TRACKER_NAME, build_plan
-from recipe.provenance import copy_into_new_steps, write_record
+from recipe.record_file import copy_into_new_steps, record_bytes, write_record
 from recipe.replay import add_replay_parser, run_replay
 from recipe.settings import Settings, load_settings, near_miss_warnings
 
@@ -209,19 +210,15 @@ def tracked_step_dir(root: Path) -> tuple[Path, int] | None:
     if not os.path.exists(tracker):
         return None
     try:
-        fd = os.open(tracker, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd, _ = open_regular(Path(tracker), MAX_TRACKER_BYTES)
+    except FileRefused as error:
+        raise ResumeCheckError(f"{error}: not a step number (verl would fail or wait forever on it)") from None
     except OSError as error:
         raise ResumeCheckError(f"{tracker} cannot be opened ({error.strerror})") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ResumeCheckError(f"{tracker} is not a regular file (verl would fail or wait forever on it)")
-        if info.st_size > MAX_TRACKER_BYTES:
-            raise ResumeCheckError(f"{tracker} is {info.st_size} bytes, not a step number")
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            data = handle.read(MAX_TRACKER_BYTES + 1)
-    except OSError as error:
-        raise ResumeCheckError(f"{tracker} cannot be read ({error.strerror})") from None
+        data = read_bounded(fd, MAX_TRACKER_BYTES)
+    except (OSError, FileRefused) as error:
+        raise ResumeCheckError(f"{tracker} cannot be read ({getattr(error, 'strerror', None) or error})") from None
     finally:
         os.close(fd)
     try:
@@ -372,10 +369,17 @@ def _export_watcher(plan: Plan) -> Iterator[None]:
     """
     root = checkpoint_root(plan.settings)
     existing = {step.name for step in root.glob("global_step_*")}
-    record_path = write_record(root, plan.provenance)
+    record = record_bytes(plan.provenance)
+    try:
+        write_record(root, record)
+    except OSError as error:  # a full disk, a root that is a file: nothing has started yet
+        raise RecipeConfigError(
+            [f"CHECKPOINT_DIR={str(plan.settings.checkpoint_dir)!r}: cannot write the run record into "
+             f"{printable(str(root))} ({error.strerror or type(error).__name__}); nothing was started"]
+        ) from None
 
     def on_report(export: Any, report: Any) -> None:
-        copy_into_new_steps(root, existing, record_path)
+        copy_into_new_steps(root, existing, record)
 
     stop = threading.Event()
     watcher = threading.Thread(
@@ -391,7 +395,7 @@ def _export_watcher(plan: Plan) -> Iterator[None]:
     finally:
         stop.set()  # one last sweep: the final save lands right before the trainer exits
         watcher.join(timeout=600)
-        copy_into_new_steps(root, existing, record_path)  # also steps saved without an HF export
+        copy_into_new_steps(root, existing, record)  # also steps saved without an HF export
 
 
 def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
@@ -417,7 +421,12 @@ def _cmd_run(plan: Plan) -> int:
             problems.append(problem)
     if problems:
         raise RecipeConfigError(problems)
-    settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RecipeConfigError(
+            [f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: cannot be created ({error.strerror or type(error).__name__})"]
+        ) from None
     smoke_root = _smoke_assets_root(settings)
     if smoke_root is not None:
         _prepare_smoke(smoke_root)

@@ -315,6 +315,22 @@ def is_secret_name(name: str) -> bool:
     return upper in SECRET_VARIABLES or bool(_SECRET_NAME.search(upper))
 
 
+def environment_reads(overrides: Sequence[str], environ: Mapping[str, str]) -> dict[str, str | None]:
+    """Each variable the overrides read with oc.env, by its literal name, and its value now (None: unset).
+
+    What an override reads from the environment is part of what it means: `lr=${oc.env:MY_LR}`
+    trains differently when MY_LR changes, so the run record holds the values. Secrets are
+    never among them: an override that reads one is refused (secret_reference_problems).
+    """
+    reads: dict[str, str | None] = {}
+    for text in overrides:
+        for match in _ENV_READ.finditer(text):
+            name = match.group("arg").strip().strip("'\"").strip()
+            if _PLAIN_NAME.match(name) and not is_secret_name(name):
+                reads[name] = environ.get(name)
+    return reads
+
+
 def hydra_override_parser() -> Any | None:
     """Hydra's own override parser (what `python -m verl.trainer.main_ppo` parses argv with), or None without Hydra."""
     try:
@@ -400,23 +416,37 @@ class UserOverride:
     secrets_set: tuple[str, ...] = ()
 
 
+def shown_override(text: str) -> str:
+    """An override as a message quotes it: its value withheld when a word of its key names a secret."""
+    key = text.split("=", 1)[0]
+    if "=" in text and any(is_secret_name(word) for word in re.split(r"[.\[\]/@:+~]+", key) if word):
+        return repr(f"{key}=<value withheld: a secret's>")
+    return repr(text)
+
+
 def parse_user_override(text: str, parser: Any) -> UserOverride | str:
     """The override as Hydra parses it, or one problem line (what Hydra rejects, plan rejects)."""
     if "=" not in text and not text.startswith("~"):
         return f"override {text!r}: must look like key=value (Hydra override syntax)"
+    shown = shown_override(text)
+
+    def reason(error: BaseException) -> str:
+        # Hydra's messages quote the text: where it holds a secret, only the kind of error is said.
+        return _first_line(error) if shown == repr(text) else f"{type(error).__name__}; the value is not repeated"
+
     try:
         parsed = parser.parse_override(text)
     except Exception as error:  # Hydra's OverrideParseException, or whatever its grammar raises
-        return f"override {text!r}: Hydra cannot parse it ({_first_line(error)})"
+        return f"override {shown}: Hydra cannot parse it ({reason(error)})"
     if parsed.is_sweep_override():
         return (
-            f"override {text!r}: is a sweep, which Hydra refuses outside --multirun; "
+            f"override {shown}: is a sweep, which Hydra refuses outside --multirun; "
             "write a list as [a,b] or quote the value"
         )
     try:
         value = parsed.value()
     except Exception as error:
-        return f"override {text!r}: Hydra cannot evaluate its value ({_first_line(error)})"
+        return f"override {shown}: Hydra cannot evaluate its value ({reason(error)})"
     key = parsed.key_or_group.replace("/", ".")
     return UserOverride(
         text=text,

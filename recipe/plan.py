@@ -7,6 +7,7 @@ and reported at once.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from recipe import __version__
 from recipe.allocator import ALLOC_CONF_VARIABLES, AllocatorDecision, decide_allocator
 from recipe.device import DeviceDetection, detect_device
 from recipe.errors import RecipeConfigError
+from recipe.export.report import printable
 from recipe.launch import (
     _RAY_ENV,
     Override,
@@ -27,6 +29,7 @@ from recipe.launch import (
     check_user_overrides,
     decided_keys,
     hydra_override_parser,
+    environment_reads,
     is_secret_name,
     merge_user_overrides,
     override_value,
@@ -36,7 +39,8 @@ from recipe.launch import (
 )
 from recipe.layout import ParallelLayout, resolve_layout
 from recipe.models import ModelSource, load_architecture
-from recipe.provenance import RECORD_NAME, build_record, drift_problems, read_record
+from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
+from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
 from recipe.settings import Settings
 
 T = TypeVar("T")
@@ -145,6 +149,7 @@ def build_plan(
     if accepted:
         # Only what the user adds after `--` can make verl read something the plan does not show.
         problems += verl_config_problems(recipe_overrides, overrides, accepted)
+    problems += _checkpoint_root_problems(settings, overrides)
     if problems:
         raise RecipeConfigError(problems)
     record = build_record(
@@ -153,6 +158,8 @@ def build_plan(
         layout={k: v for k, v in layout.to_dict().items() if k in LAYOUT_FIELDS},
         overrides=overrides,
         extra_overrides=[str(o) for o in accepted],
+        environment_reads=environment_reads(overrides, environ),
+        reward_function_path=override_value(overrides, REWARD_FUNCTION_KEY),
         model_dir=model_dir,
         train_files=settings.resolved_train_files,
         val_files=settings.resolved_val_files,
@@ -171,19 +178,35 @@ LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "etp", "gen_tp", "nnodes", "ndevices_pe
 TRACKER_NAME = "latest_checkpointed_iteration.txt"
 
 
+def _checkpoint_root_problems(settings: Settings, overrides: Sequence[str]) -> list[str]:
+    """Why the run could not write into its checkpoint root: a part of its path that exists and is no directory."""
+    root = Path(override_value(overrides, "trainer.default_local_dir") or checkpoint_root(settings))
+    for part in (root, *root.parents):
+        if os.path.lexists(part):
+            if not part.is_dir():
+                return [
+                    f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: {printable(str(part))} is not a directory, "
+                    f"so the checkpoints cannot go to {printable(str(root))}"
+                ]
+            return []
+    return []
+
+
 def _drift_guard(settings: Settings, overrides: Sequence[str], record: dict[str, Any]) -> list[str]:
     """Compare with the record of the run verl would resume; refuse drift (exit 2), return what ALLOW_DRIFT accepted."""
     if override_value(overrides, "trainer.resume_mode") != "auto":
         return []  # a fresh start, or a step the user picked with resume_path
     root = Path(override_value(overrides, "trainer.default_local_dir") or checkpoint_root(settings))
-    if not (root / TRACKER_NAME).exists():
+    if not os.path.lexists(root / TRACKER_NAME):
         return []  # nothing to resume: verl starts afresh
     path = root / RECORD_NAME
     try:
         stored = read_record(path)
-    except (OSError, ValueError) as error:
+    except UnreadableRecord as error:
+        # ALLOW_DRIFT does not reach this: it accepts a named change, and nothing can be compared here.
         raise RecipeConfigError(
-            [f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: {error}; move it away to resume without a drift check"]
+            [f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: {printable(str(error))}; move it away to resume "
+             "without a drift check"]
         ) from None
     if stored is None:
         return []  # a checkpoint from before run records: nothing to compare with

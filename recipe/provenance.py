@@ -7,28 +7,26 @@ is compared with it: drift in the data, the model's config or tokenizer, the rec
 framework versions, or the training settings is refused (exit 2), unless ALLOW_DRIFT names it.
 
 The record is deterministic for unchanged inputs: no time, no host, sorted keys. Files are
-hashed whole (sha256; about 1.3 s per GB here, see benchmarks/provenance_hashing.py) and the
-data files' hashes kept while their size and mtime stay the same; the model's weights are
-never hashed: its safetensors index stands for them.
+hashed whole within a bound, and the data files' hashes cached (recipe.digests); the model's
+weights are never hashed: its safetensors index stands for them. The stored file itself (its
+schema, reading it as input, writing it) is recipe.record_file.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from recipe import __version__
+from recipe.digests import MAX_MODEL_FILE_BYTES, FileRefused, cached_digest, sha256_file
+from recipe.errors import RecipeConfigError
+from recipe.export.report import printable
+from recipe.record_file import SCHEMA_VERSION
 from recipe.settings import REDACTED
 
-RECORD_NAME = "run-record.json"
-SCHEMA_VERSION = 1
 #: Distributions whose installed versions the record holds (null when absent).
 FRAMEWORKS = (
     "verl", "torch", "torch-npu", "vllm", "vllm-ascend", "megatron-core", "megatron-bridge", "transformers", "ray",
@@ -47,93 +45,38 @@ NOT_TRAINING = frozenset({
     "trainer.logger", "trainer.project_name", "trainer.experiment_name", "trainer.save_freq", "trainer.test_freq",
     "trainer.val_before_train", "trainer.resume_mode", "trainer.resume_from_path",
 })  # fmt: skip
+#: verl 0.9.1's key of a custom reward function's file: its content is part of the math.
+REWARD_FUNCTION_KEY = "reward.custom_reward_function.path"
 #: Fields ALLOW_DRIFT may name besides settings and Hydra keys.
 FIELD_RECIPE, FIELD_FRAMEWORKS, FIELD_IMAGE = "RECIPE", "FRAMEWORKS", "IMAGE"
-CHUNK = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    """The sha256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def parquet_rows(path: Path) -> int | None:
-    """Rows of a parquet file from its footer; None when pyarrow is absent or cannot read it."""
-    try:
-        import pyarrow.parquet as pq
-
-        return int(pq.read_metadata(path).num_rows)
-    except Exception:  # noqa: BLE001 - a record is still made; the hash says what the file is
-        return None
-
-
-def hash_cache_path(environ: Mapping[str, str]) -> Path:
-    """Where known file hashes are kept: $XDG_CACHE_HOME (or ~/.cache)/grpo-recipe/sha256.json."""
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "grpo-recipe" / "sha256.json"
-
-
-def cached_digest(path: Path, environ: Mapping[str, str]) -> tuple[str, int | None]:
-    """(sha256, parquet rows) of a file, reused while its (path, size, mtime, inode) stay the same.
-
-    Hashing costs about 1.3 s per GB here and counting rows imports pyarrow; `plan` runs
-    often (benchmarks/provenance_hashing.py). The cache is best effort: unreadable, hostile or
-    unwritable, it is ignored.
-    """
-    info = path.stat()
-    resolved = str(path.resolve())
-    key = f"{resolved}|{info.st_size}|{info.st_mtime_ns}|{info.st_ino}"
-    cache_file = hash_cache_path(environ)
-    try:
-        cache = json.loads(cache_file.read_text(encoding="utf-8")) if cache_file.stat().st_size < (4 << 20) else {}
-    except (OSError, ValueError):
-        cache = {}
-    if not isinstance(cache, dict):
-        cache = {}
-    known = cache.get(key)
-    if (
-        isinstance(known, dict)
-        and isinstance(known.get("sha256"), str)
-        and len(known["sha256"]) == 64
-        and (known.get("rows") is None or type(known.get("rows")) is int)
-    ):
-        return known["sha256"], known.get("rows")
-    digest, rows = sha256_file(path), parquet_rows(path)
-    cache = {k: v for k, v in cache.items() if not k.startswith(f"{resolved}|")} | {key: {"sha256": digest, "rows": rows}}
-    try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(dir=cache_file.parent, prefix=".sha256.")
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(cache, out)
-        os.replace(temp, cache_file)
-    except OSError:
-        pass
-    return digest, rows
 
 
 def data_file(path: Path, environ: Mapping[str, str]) -> dict[str, Any] | None:
-    """path, size, rows and sha256 of a data file; None when it is not a readable regular file."""
+    """path, size, rows and sha256 of a data file; None when it is not a readable regular file.
+
+    Raises FileRefused when it is above digests.MAX_DATA_BYTES.
+    """
     try:
         if not path.is_file():
             return None
         digest, rows = cached_digest(path, environ)
         return {"path": str(path), "size": path.stat().st_size, "rows": rows, "sha256": digest}
+    except FileRefused:
+        if path.is_file():
+            raise
+        return None  # replaced by something else while it was looked at
     except OSError:
         return None
 
 
 def model_files(model_dir: Path) -> dict[str, str]:
-    """sha256 of each of MODEL_FILES the model directory holds (name -> digest)."""
+    """sha256 of each of MODEL_FILES the model directory holds (name -> digest); FileRefused above 1 GiB."""
     found = {}
     for name in MODEL_FILES:
         path = model_dir / name
         try:
             if path.is_file():
-                found[name] = sha256_file(path)
+                found[name] = sha256_file(path, MAX_MODEL_FILE_BYTES)
         except OSError:
             continue
     return found
@@ -170,6 +113,19 @@ def training_overrides(overrides: Sequence[str]) -> dict[str, str]:
     return {key: value for key, value in map(split_override, overrides) if key not in NOT_TRAINING}
 
 
+def reward_function(path: str) -> dict[str, Any]:
+    """The custom reward function's file and its sha256 (null when it is not a regular file); FileRefused above 1 GiB."""
+    try:
+        digest: str | None = sha256_file(Path(path), MAX_MODEL_FILE_BYTES)
+    except FileRefused:
+        if Path(path).is_file():
+            raise
+        digest = None
+    except OSError:
+        digest = None
+    return {"path": path, "sha256": digest}
+
+
 def build_record(
     *,
     settings_shown: Mapping[str, Any],
@@ -177,6 +133,8 @@ def build_record(
     layout: Mapping[str, Any],
     overrides: Sequence[str],
     extra_overrides: Sequence[str] = (),
+    environment_reads: Mapping[str, str | None] = {},  # noqa: B006 - read only
+    reward_function_path: str | None = None,
     model_dir: Path,
     train_files: Path,
     val_files: Path,
@@ -186,33 +144,61 @@ def build_record(
 
     `setting_keys` maps a Hydra key to the setting that decided it, so that drift is named by the
     setting a user changes (TP, not actor_rollout_ref.actor.megatron.tensor_model_parallel_size).
+    `environment_reads` are the variables the overrides read with oc.env and their values now
+    (no secret: those reads are refused), so that changing one is drift. `reward_function_path`
+    is the custom reward function's file (REWARD_FUNCTION_KEY), hashed too. A file above its
+    hashing bound is RecipeConfigError naming the variable that named it.
     """
+    problems: list[str] = []
+
+    def bounded(name: str, shown: object, compute: Any) -> Any:
+        try:
+            return compute()
+        except FileRefused as error:
+            problems.append(f"{name}={str(shown)!r}: {error}; a run record hashes it (the bounds: README.md, Reproducibility)")
+            return None
+
     secret_free = {k: v for k, v in settings_shown.items() if v != REDACTED}
-    return {
+    record = {
         "schema_version": SCHEMA_VERSION,
         "recipe_version": __version__,
         "frameworks": installed_versions(),
         "image": image_facts(environ),
-        "model": {"path": str(model_dir), "files": model_files(model_dir)},
-        "data": {"TRAIN_FILES": data_file(train_files, environ), "VAL_FILES": data_file(val_files, environ)},
+        "model": {"path": str(model_dir), "files": bounded("MODEL_PATH", model_dir, lambda: model_files(model_dir))},
+        "data": {
+            "TRAIN_FILES": bounded("TRAIN_FILES", train_files, lambda: data_file(train_files, environ)),
+            "VAL_FILES": bounded("VAL_FILES", val_files, lambda: data_file(val_files, environ)),
+        },
         "layout": dict(layout),
         "training": training_overrides(overrides),
+        "environment_reads": dict(sorted(environment_reads.items())),
+        "reward_function": (
+            bounded(REWARD_FUNCTION_KEY, reward_function_path, lambda: reward_function(reward_function_path))
+            if reward_function_path
+            else None
+        ),
         "extra_overrides": list(extra_overrides),
         "setting_keys": dict(sorted(setting_keys.items())),
         "settings": secret_free,
     }
+    if problems:
+        raise RecipeConfigError(problems)
+    return record
 
 
 # --- drift --------------------------------------------------------------------------------
 
 
 def _short(value: Any) -> str:
+    """One printable line for a value of a record (which may be hostile): hashes cut to 12, the rest to 80."""
     if value is None:
         return "(absent)"
+    if isinstance(value, str) and not value.strip():
+        return json.dumps(value)  # "" or " ": visibly empty, never a blank in the line
     text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
     if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
         return text[:12]
-    return text if len(text) <= 80 else text[:77] + "..."
+    return printable(text if len(text) <= 80 else text[:77] + "...")
 
 
 def drift(stored: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
@@ -231,12 +217,13 @@ def drift(stored: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[
     new_locks = (now.get("image") or {}).get("locks") or {}
     if old_locks != new_locks:
         found[FIELD_IMAGE] = (_short(sorted(old_locks.values())), _short(sorted(new_locks.values())))
-    old_model, new_model = (stored.get("model") or {}).get("files"), (now.get("model") or {}).get("files")
-    if old_model != new_model:
-        names = sorted(n for n in set(old_model or {}) | set(new_model or {}) if (old_model or {}).get(n) != (new_model or {}).get(n))
+    old_model = (stored.get("model") or {}).get("files") or {}
+    new_model = (now.get("model") or {}).get("files") or {}
+    names = sorted(n for n in set(old_model) | set(new_model) if old_model.get(n) != new_model.get(n))
+    if names:
         found["MODEL_PATH"] = (
-            ", ".join(f"{n} {_short((old_model or {}).get(n))}" for n in names),
-            ", ".join(f"{n} {_short((new_model or {}).get(n))}" for n in names),
+            ", ".join(f"{printable(n)} {_short(old_model.get(n))}" for n in names),
+            ", ".join(f"{printable(n)} {_short(new_model.get(n))}" for n in names),
         )
     for name in ("TRAIN_FILES", "VAL_FILES"):
         old = ((stored.get("data") or {}).get(name) or {}).get("sha256")
@@ -247,12 +234,19 @@ def drift(stored: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[
         old_l, new_l = stored.get("layout") or {}, now.get("layout") or {}
         for key in sorted(set(old_l) | set(new_l)):
             if old_l.get(key) != new_l.get(key):
-                found[key.upper()] = (_short(old_l.get(key)), _short(new_l.get(key)))
+                found[printable(key.upper())] = (_short(old_l.get(key)), _short(new_l.get(key)))
+    old_env, new_env = stored.get("environment_reads") or {}, now.get("environment_reads") or {}
+    for name in sorted(set(old_env) | set(new_env)):
+        if old_env.get(name, "(unset)") != new_env.get(name, "(unset)"):
+            found[printable(name)] = (_short(old_env.get(name, "(unset)")), _short(new_env.get(name, "(unset)")))
+    old_reward, new_reward = stored.get("reward_function") or {}, now.get("reward_function") or {}
+    if old_reward.get("sha256") != new_reward.get("sha256"):
+        found[REWARD_FUNCTION_KEY] = (_short(old_reward.get("sha256")), _short(new_reward.get("sha256")))
     old_t, new_t = stored.get("training") or {}, now.get("training") or {}
     names = {**(stored.get("setting_keys") or {}), **(now.get("setting_keys") or {})}
     for key in sorted(set(old_t) | set(new_t)):
         if old_t.get(key) != new_t.get(key):
-            field = names.get(key, key)
+            field = printable(str(names.get(key, key)))
             if field not in found:
                 found[field] = (_short(old_t.get(key, "(unset)")), _short(new_t.get(key, "(unset)")))
     return found
@@ -273,51 +267,3 @@ def drift_problems(
                 f"`-- trainer.resume_mode=disable` (or another CHECKPOINT_DIR), or accept it with ALLOW_DRIFT={field}"
             )
     return refused, accepted
-
-
-def read_record(path: Path) -> dict[str, Any] | None:
-    """A stored run record's provenance; None when there is none. Raises ValueError when it is unusable."""
-    if not path.exists():
-        return None
-    if not path.is_file() or path.stat().st_size > 16 << 20:
-        raise ValueError(f"{path}: not a run record (not a regular file of at most 16 MiB)")
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not a run record ({type(error).__name__})") from None
-    record = document.get("provenance") if isinstance(document, dict) else None
-    if not isinstance(record, dict) or record.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{path}: not a run record of schema {SCHEMA_VERSION}")
-    return record
-
-
-def write_record(root: Path, record: Mapping[str, Any], started: datetime | None = None) -> Path:
-    """Write <root>/run-record.json atomically (a temp file renamed): the record and its start time."""
-    root.mkdir(parents=True, exist_ok=True)
-    document = {"provenance": record, "started_at": (started or datetime.now(timezone.utc)).isoformat()}
-    target = root / RECORD_NAME
-    handle, temp = tempfile.mkstemp(prefix=f".{RECORD_NAME}.", dir=root)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(document, out, indent=2, sort_keys=True)
-            out.write("\n")
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return target
-
-
-def copy_into_new_steps(root: Path, existing: set[str], record_path: Path) -> list[Path]:
-    """Copy the run record into each global_step_N under root that was not there when the run started."""
-    copied = []
-    for step in sorted(root.glob("global_step_*")):
-        target = step / RECORD_NAME
-        if step.name in existing or not step.is_dir() or target.exists():
-            continue
-        try:
-            target.write_bytes(record_path.read_bytes())
-            copied.append(target)
-        except OSError:
-            continue  # the step is being deleted (verl's max_ckpt_to_keep) or not writable: the next sweep sees it
-    return copied

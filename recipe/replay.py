@@ -16,7 +16,9 @@ on stderr.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import stat
 import shlex
 import sys
 from pathlib import Path
@@ -24,7 +26,8 @@ from typing import Any
 
 from recipe.export.report import printable
 from recipe.help import add_command
-from recipe.provenance import RECORD_NAME, drift, read_record
+from recipe.provenance import drift
+from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
 from recipe.settings import SECRET_SETTINGS, Settings
 
 EXIT_OK, EXIT_CANNOT_READ = 0, 2
@@ -99,7 +102,7 @@ def run_replay(args: argparse.Namespace, now: dict[str, Any] | None = None) -> i
     shown = printable(str(args.record))
     try:
         record = read_record(path)
-    except (OSError, ValueError) as error:
+    except UnreadableRecord as error:
         print(f"error: RECORD={shown!r}: {printable(str(error))}", file=sys.stderr)
         return EXIT_CANNOT_READ
     if record is None:
@@ -114,7 +117,9 @@ def run_replay(args: argparse.Namespace, now: dict[str, Any] | None = None) -> i
     if left_out:
         print(f"replay: not settings, left out: {', '.join(left_out)}", file=sys.stderr)
     if now is None:
-        now = _current_inputs(record)
+        now, not_compared = _current_inputs(record, _owner(path))
+        for line in not_compared:
+            print(printable(f"replay: {line}"), file=sys.stderr)
     for field, (then, current) in drift(_inputs_only(record), _inputs_only(now)).items():
         print(printable(f"replay: {field} changed since the record: {then} then, {current} now"), file=sys.stderr)
     return EXIT_OK
@@ -125,19 +130,74 @@ def _inputs_only(record: dict[str, Any]) -> dict[str, Any]:
     return {key: record.get(key) for key in ("recipe_version", "frameworks", "model", "data")}
 
 
-def _current_inputs(record: dict[str, Any]) -> dict[str, Any]:
-    """The record's inputs as they are now: the same paths hashed again, the versions installed."""
-    import os
+def _owner(path: Path) -> int:
+    try:
+        return path.stat().st_uid
+    except OSError:
+        return os.geteuid()
 
+
+def comparable(path: Path, owner: int) -> str | None:
+    """Why replay does not read `path`, which a record names (None: it may).
+
+    A record is input: read by root, it could otherwise learn whether any root-only file has
+    changed. So a file is read only when it is the record owner's own or readable by everyone.
+    """
+    try:
+        info = path.stat()
+    except OSError:
+        return None  # not there: compared as absent
+    if info.st_uid == owner or info.st_mode & stat.S_IROTH:
+        return None
+    return f"{path} is neither the record owner's (uid {owner}) nor readable by everyone"
+
+
+def _current_inputs(record: dict[str, Any], owner: int) -> tuple[dict[str, Any], list[str]]:
+    """(the record's inputs as they are now, lines on what was not compared and why).
+
+    The same paths hashed again, within their bounds and never into the hash cache (a record
+    must not fill it), the versions installed.
+    """
     from recipe import __version__
-    from recipe.provenance import data_file, installed_versions, model_files
+    from recipe.digests import MAX_DATA_BYTES, MAX_MODEL_FILE_BYTES, FileRefused, sha256_file
+    from recipe.provenance import MODEL_FILES, installed_versions
+
+    not_compared: list[str] = []
+
+    def digest(field: str, path: Path, limit: int) -> str | None:
+        why = comparable(path, owner)
+        if why is None:
+            try:
+                return sha256_file(path, limit) if path.is_file() else None
+            except FileRefused as error:
+                why = str(error)
+            except OSError as error:
+                why = f"{path}: {error.strerror or type(error).__name__}"
+        not_compared.append(f"{field} not compared: {why}")
+        return record_digest(record, field)
 
     model_path = Path(str((record.get("model") or {}).get("path", "")))
-    data = record.get("data") or {}
-    paths = {name: (data.get(name) or {}).get("path") for name in ("TRAIN_FILES", "VAL_FILES")}
-    return {
+    files = {}
+    for name in MODEL_FILES:
+        found = digest(f"MODEL_PATH/{name}", model_path / name, MAX_MODEL_FILE_BYTES) if model_path.name else None
+        if found is not None:
+            files[name] = found
+    data: dict[str, Any] = {}
+    for name in ("TRAIN_FILES", "VAL_FILES"):
+        entry = (record.get("data") or {}).get(name)
+        found = digest(name, Path(entry["path"]), MAX_DATA_BYTES) if entry else None
+        data[name] = {"sha256": found} if found is not None else None
+    now = {
         "recipe_version": __version__,
         "frameworks": installed_versions(),
-        "model": {"path": str(model_path), "files": model_files(model_path)},
-        "data": {name: data_file(Path(p), os.environ) if p else None for name, p in paths.items()},
+        "model": {"path": str(model_path), "files": files},
+        "data": data,
     }
+    return now, not_compared
+
+
+def record_digest(record: dict[str, Any], field: str) -> str | None:
+    """The digest the record holds for a field (TRAIN_FILES, MODEL_PATH/config.json): kept when a file is not compared."""
+    if field.startswith("MODEL_PATH/"):
+        return ((record.get("model") or {}).get("files") or {}).get(field.removeprefix("MODEL_PATH/"))
+    return (((record.get("data") or {}).get(field)) or {}).get("sha256")

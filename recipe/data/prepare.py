@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from recipe.data.atomic import AtomicFileSet, remove_stale_temps
 from recipe.data.errors import DataPreparationError, RowError, SourceDataError
-from recipe.data.guard import DEFAULT_MAX_IMAGE_BYTES, ImagePolicy, shown, summarise
+from recipe.data.guard import DEFAULT_MAX_IMAGE_BYTES, ImagePolicy, printable, shown, summarise
 from recipe.data.source import describe_exception, load_source
 from recipe.data.specs import SPECS, SPLITS, DatasetName, DatasetSpec, output_features
 from recipe.errors import RecipeConfigError
-from recipe.provenance import sha256_file
+from recipe.digests import MAX_DATA_BYTES, FileRefused, sha256_file
 
 if TYPE_CHECKING:
     import datasets
@@ -179,9 +179,31 @@ def source_revision(spec: DatasetSpec, source: str | os.PathLike[str] | None) ->
             return {"hub": spec.hub_id, "revision": None, "why": f"not asked of the hub ({type(error).__name__})"}
     root = Path(source).expanduser()
     digest = hashlib.sha256()
+    budget = MAX_DATA_BYTES  # for the whole tree: a sparse 2 TiB file in it is refused, never read
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_file(path)}\n".encode())
+        try:
+            file_digest = sha256_file(path, budget)
+            budget -= path.stat().st_size
+        except FileRefused as error:
+            raise RecipeConfigError(
+                [f"--source={str(root)!r}: {printable(str(error))}: the manifest hashes the whole source, at most "
+                 f"{MAX_DATA_BYTES >> 30} GiB in all; keep only the dataset's files there"]
+            ) from None
+        except OSError as error:
+            raise RecipeConfigError(
+                [f"--source={str(root)!r}: {printable(str(path))} cannot be read ({describe_exception(error)})"]
+            ) from None
+        digest.update(f"{path.relative_to(root).as_posix()}\0{file_digest}\n".encode())
     return {"path": str(root), "content_sha256": digest.hexdigest()}
+
+
+def _remove_empty(created: list[Path]) -> None:
+    """Remove the directories this run created for --out, innermost first, where they are still empty."""
+    for directory in created:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def output_problem(out: Path) -> str | None:
@@ -250,6 +272,8 @@ def prepare_dataset(
     if refused:
         raise SourceDataError(summarise(refused))
 
+    revision = source_revision(spec, source)  # before --out exists: a refused source leaves nothing behind
+    created = [part for part in (out, *out.parents) if not os.path.lexists(part)]
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -259,7 +283,6 @@ def prepare_dataset(
         say(f"removed {leftover}, left by an interrupted run")
 
     written: list[PreparedFile] = []
-    revision = source_revision(spec, source)
     try:
         with AtomicFileSet() as files:
             digests = {}
@@ -274,5 +297,9 @@ def prepare_dataset(
             files.stage(out / MANIFEST_NAME, lambda handle: handle.write(_manifest_bytes(manifest)))
             files.commit()
     except OSError as exc:
+        _remove_empty(created)
         raise DataPreparationError(f"{spec.name}: writing to {out} failed ({describe_exception(exc)})") from None
+    except BaseException:  # interrupted: the folders this run made go too, as its files did
+        _remove_empty(created)
+        raise
     return PreparedData(dataset=spec.name, data_source=spec.hub_id, out_dir=out, files=tuple(written))

@@ -40,11 +40,14 @@ from recipe.device import detect_device
 from recipe.doctor import checks, facts
 from recipe.doctor.runner import CheckResult, run_probe
 from recipe.errors import RecipeConfigError
+from recipe.export.report import printable
 from recipe.help import add_command
 
 EXIT_OK, EXIT_FAILED, EXIT_CANNOT_RUN = 0, 1, 2
 #: Version of the `--json` document's shape; bumped when a field changes meaning or goes away.
 SCHEMA_VERSION = 1
+#: The longest --timeout: a day; a check still running then is hung.
+MAX_TIMEOUT_S = 86400
 
 
 def _positive_seconds(text: str) -> float:
@@ -52,8 +55,8 @@ def _positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    if not 0 < value <= MAX_TIMEOUT_S:  # inf and nan too: `--json` would print them, which is not JSON
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 and at most {MAX_TIMEOUT_S} seconds (a day)")
     return value
 
 
@@ -209,7 +212,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         plan.select(keep)
         if not plan.names():
             return _cannot_run(
-                [f"--only {' '.join(args.only)}: matches none of the checks ({', '.join(sorted(planned))})"], args.json
+                [f"--only {printable(' '.join(args.only))}: matches none of the checks ({', '.join(sorted(planned))})"], args.json
             )
 
     say: Callable[[str], None] = (lambda _line: None) if args.json else (lambda line: print(line, flush=True))

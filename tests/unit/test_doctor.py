@@ -122,9 +122,19 @@ def test_exit_2_when_only_selects_nothing(tmp_path: Path) -> None:
     assert "import:TransferQueue" in done.stderr  # the names one could have meant
 
 
-def test_timeout_must_be_positive(tmp_path: Path) -> None:
-    done = doctor(tmp_path, "--timeout", "0")
-    assert done.returncode == 2 and "must be more than 0 seconds" in done.stderr
+@pytest.mark.parametrize("timeout", ["0", "-1", "inf", "nan", "-inf", "1e400", "86401"])
+def test_timeout_must_be_positive_and_finite(tmp_path: Path, timeout: str) -> None:
+    """`--json` prints the timeout: inf or nan there would be `Infinity`/`NaN`, which is not JSON."""
+    done = doctor(tmp_path, "--json", f"--timeout={timeout}")
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"--timeout: {timeout!r}: must be more than 0 and at most 86400 seconds" in done.stderr
+
+
+def test_a_pattern_with_control_characters_is_printed_escaped(tmp_path: Path) -> None:
+    done = doctor(tmp_path, "--only", "x\x1b[31m\nforged: ok")
+    assert done.returncode == 2 and "\x1b" not in done.stderr
+    [line] = [text for text in done.stderr.splitlines() if "--only" in text]
+    assert "--only x\\x1b[31m\\nforged: ok: matches none" in line
 
 
 # --- imports -------------------------------------------------------------------------------

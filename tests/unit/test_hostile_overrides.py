@@ -272,3 +272,15 @@ def test_a_literal_secret_is_refused_and_never_echoed(name: str, value: str, sha
 def test_a_secret_set_to_null_or_an_ordinary_key_passes() -> None:
     plan = _plan(("+ray_kwargs.ray_init.runtime_env.env_vars.HF_TOKEN=null", "+my_section={keyboard_layout: us}"))
     assert "+my_section={keyboard_layout: us}" in plan.overrides
+
+
+@given(
+    name=_secret_names,
+    value=_literal,
+    broken=st.sampled_from(["'{value}", "{value},other", "[{value}", "{{{value}", "${{oc.env:{value}"]),
+)
+def test_a_secret_in_an_override_hydra_cannot_parse_is_never_echoed(name: str, value: str, broken: str) -> None:
+    """Unbalanced quotes, a sweep, an open list: Hydra's own message quotes the text, so the refusal may not."""
+    override = f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={broken.format(value=value)}"
+    problems = _refused(override)
+    assert problems and all(value not in p for p in problems), problems

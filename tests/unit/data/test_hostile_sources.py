@@ -809,3 +809,19 @@ def test_images_read_from_paths_load_in_verls_rlhfdataset(tmp_path: Path) -> Non
         images = [part["image"] for part in content if part["type"] == "image"]
         assert all(isinstance(image, Image.Image) and image.mode == "RGB" for image in images)
         assert [image.size for image in images] == sizes
+
+
+def test_a_source_tree_past_the_hashing_bound_is_refused_and_leaves_nothing(
+    gsm8k_hub_snapshot: Path, tmp_path: Path
+) -> None:
+    """The manifest hashes the whole --source; a 2 TiB sparse file in it is refused without being read."""
+    from recipe.digests import MAX_DATA_BYTES
+
+    with open(gsm8k_hub_snapshot / "huge.bin", "wb") as handle:
+        handle.truncate(2 << 40)
+    out = tmp_path / "new" / "out"
+    with pytest.raises(RecipeConfigError) as caught:
+        prepare_dataset("gsm8k", out, gsm8k_hub_snapshot, progress=quiet)
+    [line] = caught.value.problems
+    assert line.startswith(f"--source={str(gsm8k_hub_snapshot)!r}: ") and f"{MAX_DATA_BYTES >> 30} GiB" in line
+    assert not (tmp_path / "new").exists()

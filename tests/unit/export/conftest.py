@@ -84,3 +84,47 @@ def rewrite_index() -> Callable[[Path, Callable[[dict[str, str]], None]], None]:
 def make_qwen35() -> Callable[..., object]:
     """tiny_qwen35_moe, as a fixture."""
     return tiny_qwen35_moe
+
+
+# --- run records: real inputs, plans of them, and a checkpoint root a run left ----------------
+
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+@pytest.fixture
+def inputs(tmp_path: Path, qwen35_saved: Path) -> dict[str, str]:
+    """Real inputs: the tiny model's directory and parquet files from the smoke data writer."""
+    from recipe.smoke.arithmetic import write_dataset
+    from tests.unit.runtools import layout_of_one
+
+    data = tmp_path / "data"
+    data.mkdir()
+    write_dataset(data, seed=0, train_rows=12, test_rows=4)
+    return {
+        **layout_of_one(),
+        "MODEL_PATH": str(qwen35_saved),
+        "TRAIN_FILES": str(data / "train.parquet"),
+        "VAL_FILES": str(data / "test.parquet"),
+        "CHECKPOINT_DIR": str(tmp_path / "ck"),
+        "PROJECT_NAME": "p",
+        "EXPERIMENT_NAME": "e",
+    }
+
+
+def plan_of(values: dict[str, str], extra: tuple[str, ...] = (), environ: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    """build_plan of these settings (and overrides after `--`), as `plan` makes it."""
+    from recipe.plan import build_plan
+    from tests.unit.envtools import settings_of
+
+    return build_plan(settings_of(**values), environ=environ or {}, extra_overrides=extra)
+
+
+def saved_run(values: dict[str, str], extra: tuple[str, ...] = (), environ: dict[str, str] | None = None) -> Path:
+    """A checkpoint root as a run of these values leaves it: its record, a step, verl's tracker."""
+    from recipe.record_file import record_bytes, write_record
+
+    root = Path(values["CHECKPOINT_DIR"]) / values.get("PROJECT_NAME", "p") / values.get("EXPERIMENT_NAME", "e")
+    write_record(root, record_bytes(plan_of(values, extra, environ).provenance))
+    (root / "global_step_1").mkdir()
+    (root / TRACKER).write_text("1")
+    return root

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -12,48 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recipe.errors import RecipeConfigError
-from recipe.plan import build_plan
-from recipe.provenance import RECORD_NAME, sha256_file, write_record
-from tests.unit.envtools import settings_of
+from recipe.digests import sha256_file
+from recipe.record_file import RECORD_NAME
+from tests.unit.export.conftest import TRACKER, plan_of, saved_run
 from tests.unit.runtools import cli, layout_of_one, run_environment
 
-TRACKER = "latest_checkpointed_iteration.txt"
-
-
-@pytest.fixture
-def inputs(tmp_path: Path, qwen35_saved: Path) -> dict[str, str]:
-    """Real inputs: the tiny model's directory and parquet files from the smoke data writer."""
-    from recipe.smoke.arithmetic import write_dataset
-
-    data = tmp_path / "data"
-    data.mkdir()
-    write_dataset(data, seed=0, train_rows=12, test_rows=4)
-    return {
-        **layout_of_one(),
-        "MODEL_PATH": str(qwen35_saved),
-        "TRAIN_FILES": str(data / "train.parquet"),
-        "VAL_FILES": str(data / "test.parquet"),
-        "CHECKPOINT_DIR": str(tmp_path / "ck"),
-        "PROJECT_NAME": "p",
-        "EXPERIMENT_NAME": "e",
-    }
-
-
-def _plan(values: dict[str, str], extra: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
-    return build_plan(settings_of(**values), environ={}, extra_overrides=extra)
-
-
-def _saved_run(values: dict[str, str]) -> Path:
-    """A checkpoint root as a run of these values leaves it: its record, a step, verl's tracker."""
-    root = Path(values["CHECKPOINT_DIR"]) / "p" / "e"
-    write_record(root, _plan(values).provenance)
-    (root / "global_step_1").mkdir()
-    (root / TRACKER).write_text("1")
-    return root
-
-
 def test_the_record_holds_the_inputs_and_is_deterministic(inputs: dict[str, str]) -> None:
-    first, second = _plan(inputs).provenance, _plan(inputs).provenance
+    first, second = plan_of(inputs).provenance, plan_of(inputs).provenance
     assert first == second
     train = Path(inputs["TRAIN_FILES"])
     assert first["data"]["TRAIN_FILES"] == {
@@ -69,19 +35,19 @@ def test_the_record_holds_the_inputs_and_is_deterministic(inputs: dict[str, str]
 
 
 def test_the_seeds_reach_verl_from_seed(inputs: dict[str, str]) -> None:
-    argv = _plan({**inputs, "SEED": "7"}).argv
+    argv = plan_of({**inputs, "SEED": "7"}).argv
     for key in ("data.seed", "actor_rollout_ref.actor.data_loader_seed", "actor_rollout_ref.actor.megatron.seed",
                 "actor_rollout_ref.rollout.seed"):
         assert f"{key}=7" in argv
 
 
 def test_changed_data_is_refused_naming_it_with_both_hashes(inputs: dict[str, str]) -> None:
-    root = _saved_run(inputs)
+    root = saved_run(inputs)
     train = Path(inputs["TRAIN_FILES"])
     before = sha256_file(train)
     train.write_bytes(train.read_bytes() + b"\0")
     with pytest.raises(RecipeConfigError) as caught:
-        _plan(inputs)
+        plan_of(inputs)
     [line] = caught.value.problems
     assert line.startswith(f"TRAIN_FILES: {before[:12]} when the checkpoint's run started ({root / RECORD_NAME}), "
                            f"{sha256_file(train)[:12]} now; ")
@@ -90,48 +56,48 @@ def test_changed_data_is_refused_naming_it_with_both_hashes(inputs: dict[str, st
 
 def test_allow_drift_accepts_the_named_field_and_the_plan_says_so(inputs: dict[str, str], qwen35_copy: Path) -> None:
     values = {**inputs, "MODEL_PATH": str(qwen35_copy)}
-    _saved_run(values)
+    saved_run(values)
     (qwen35_copy / "chat_template.jinja").write_text("{{ messages }}")
     with pytest.raises(RecipeConfigError) as caught:
-        _plan(values)
+        plan_of(values)
     assert caught.value.problems[0].startswith("MODEL_PATH: chat_template.jinja (absent) when")
-    plan = _plan({**values, "ALLOW_DRIFT": "MODEL_PATH"})
+    plan = plan_of({**values, "ALLOW_DRIFT": "MODEL_PATH"})
     assert len(plan.drift_accepted) == 1 and plan.drift_accepted[0].endswith("(accepted: ALLOW_DRIFT)")
     assert "drift    MODEL_PATH: " in plan.to_text()
 
 
 def test_a_changed_setting_is_named_by_the_setting(inputs: dict[str, str]) -> None:
-    _saved_run(inputs)
+    saved_run(inputs)
     with pytest.raises(RecipeConfigError) as caught:
-        _plan({**inputs, "TRAIN_BATCH_SIZE": "16"})
+        plan_of({**inputs, "TRAIN_BATCH_SIZE": "16"})
     assert [p.split(":")[0] for p in caught.value.problems] == ["TRAIN_BATCH_SIZE"]
     with pytest.raises(RecipeConfigError) as caught:
-        _plan(inputs, ("actor_rollout_ref.actor.clip_ratio=0.3",))
+        plan_of(inputs, ("actor_rollout_ref.actor.clip_ratio=0.3",))
     assert [p.split(":")[0] for p in caught.value.problems] == ["actor_rollout_ref.actor.clip_ratio"]
 
 
 def test_what_cannot_change_the_math_is_no_drift(inputs: dict[str, str], tmp_path: Path) -> None:
-    _saved_run(inputs)
+    saved_run(inputs)
     moved = tmp_path / "moved.parquet"
     shutil.copy(inputs["TRAIN_FILES"], moved)
-    _plan({**inputs, "TRAIN_FILES": str(moved), "SAVE_FREQ": "5", "TEST_FREQ": "-1"})
+    plan_of({**inputs, "TRAIN_FILES": str(moved), "SAVE_FREQ": "5", "TEST_FREQ": "-1"})
 
 
 def test_no_resume_no_comparison(inputs: dict[str, str]) -> None:
-    root = _saved_run(inputs)
+    root = saved_run(inputs)
     changed = {**inputs, "TRAIN_BATCH_SIZE": "16"}
-    _plan(changed, ("trainer.resume_mode=disable",))
+    plan_of(changed, ("trainer.resume_mode=disable",))
     (root / TRACKER).unlink()
-    _plan(changed)
+    plan_of(changed)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(content=st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 def test_a_hostile_record_is_one_clear_refusal(inputs: dict[str, str], content: bytes) -> None:
-    root = _saved_run(inputs)
+    root = saved_run(inputs)
     (root / RECORD_NAME).write_bytes(content)
     with pytest.raises(RecipeConfigError) as caught:
-        _plan(inputs)
+        plan_of(inputs)
     [line] = caught.value.problems
     assert line.startswith(f"CHECKPOINT_DIR={inputs['CHECKPOINT_DIR']!r}: {root / RECORD_NAME}: not a run record")
     shutil.rmtree(root)
@@ -157,11 +123,12 @@ def test_run_writes_the_record_and_copies_it_into_each_new_step(tmp_path: Path, 
 
 
 def test_the_hash_cache_is_reused_only_while_the_file_is_unchanged(tmp_path: Path) -> None:
-    from recipe.provenance import cached_digest, hash_cache_path
+    from recipe.digests import RACY_NS, cached_digest, hash_cache_path
 
     environ = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     data = tmp_path / "d.parquet"
     data.write_bytes(b"first")
+    time.sleep(RACY_NS / 1e9)  # a file changed within the last second is never cached
     assert cached_digest(data, environ) == (sha256_file(data), None)
     cache = hash_cache_path(environ)
     forged = json.loads(cache.read_text())

@@ -1,9 +1,10 @@
 """`replay` on hostile records: what it writes is read back exactly, or it refuses with exit 2 naming the key.
 
 A record travels between clusters and into tickets, so it is input. The env file replay prints
-is sourced (bash, dash: `set -a; . file`) or given to Compose's env_file and docker's --env-file,
-which read `NAME=value` literally. Generated values go through the real shells; a value is either
-written plain (every reader gets it back exactly) or refused, never escaped.
+is sourced (bash, dash: `set -a; . file`) or given to Compose's env_file and docker's --env-file.
+Generated values go through the real readers: the shells, the Compose v2 binary's `config`, and
+the docker CLI's own --env-file parser (against a stand-in engine that records the container's
+Env). A value is either written plain (every reader gets it back exactly) or refused, never escaped.
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import os
+import sys
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recipe.provenance import RECORD_NAME, SCHEMA_VERSION
+from recipe.record_file import RECORD_NAME, SCHEMA_VERSION
 from recipe.replay import REPLAYABLE, run_replay
+from tests.support.fake_docker_engine import docker_env_file
+from tests.unit.envtools import HANG_GUARD_S
 
 SHELLS = [shell for shell in ("bash", "dash") if shutil.which(shell)]
 SETTING = "EXPERIMENT_NAME"
@@ -112,3 +118,51 @@ def test_wrong_types_are_exit_2_not_a_traceback(record: dict[str, Any], tmp_path
     path.write_text(json.dumps({"provenance": {"schema_version": SCHEMA_VERSION, **record}}))
     code, out, err = _replay(path)
     assert (code, out) == (2, "") and err.startswith("error: RECORD=")
+
+
+#: Characters some reader treats specially (quotes, `$`, `#`, escapes, blanks, newlines), with plain ones.
+READER_SENSITIVE = "aZ0_=-'\"$#{}\\ \t\n\r`~*!;"
+_PLAIN_TEXT = st.from_regex(r"[A-Za-z0-9_./:,@%+=-]{0,6}", fullmatch=True)
+#: Plain values, plain values with one sensitive character inside, and any mix of them.
+READER_VALUES = (
+    _PLAIN_TEXT
+    | st.builds(lambda head, char, tail: head + char + tail, _PLAIN_TEXT, st.sampled_from(READER_SENSITIVE), _PLAIN_TEXT)
+    | st.text(alphabet=READER_SENSITIVE, max_size=6)
+)
+#: String settings that take any text, so that one example tries several values at once.
+TEXT_SETTINGS = ("EXPERIMENT_NAME", "PROJECT_NAME", "MASTER_ADDR", "RAY_ADDRESS")
+
+
+def _compose_env_file(env_file: Path) -> dict[str, str]:
+    """The environment Compose v2 gives a service whose env_file is ENV_FILE (`docker-compose config`, no engine)."""
+    compose = Path(sys.executable).parent / "docker-compose"
+    (env_file.parent / "compose.yaml").write_text(f"services:\n  s:\n    image: x\n    env_file: {env_file.name}\n")
+    done = subprocess.run(
+        [str(compose), "-f", "compose.yaml", "config", "--format", "json"], cwd=env_file.parent, capture_output=True,
+        text=True, timeout=HANG_GUARD_S, env={"PATH": os.environ.get("PATH", ""), "HOME": str(env_file.parent)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["services"]["s"].get("environment") or {}
+
+
+@settings(max_examples=25)
+@given(values=st.lists(READER_VALUES, min_size=len(TEXT_SETTINGS), max_size=len(TEXT_SETTINGS)))
+def test_compose_and_docker_read_the_written_values_back_exactly(values: list[str]) -> None:
+    """Compose expands `$` and strips quotes; docker keeps quotes and splits on newlines: neither may alter a value."""
+    docker = shutil.which("docker")
+    assert docker, "the docker CLI (its --env-file parser) is on PATH: .ci/run installs it"
+    assert set(TEXT_SETTINGS) <= REPLAYABLE
+    written: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        lines = []
+        for name, value in zip(TEXT_SETTINGS, values):  # one record each: a refused value leaves the others to test
+            code, out, err = _replay(_record(Path(scratch), {name: value}))
+            if code == 2:
+                assert out == "" and err.startswith("error: RECORD=") and f"{name}=" in err
+                continue
+            lines += out.splitlines()
+            written[name] = value
+        env_file = Path(scratch) / "replay.env"
+        env_file.write_text("\n".join(lines) + "\n")
+        assert _compose_env_file(env_file) == written
+        assert docker_env_file(docker, env_file, HANG_GUARD_S) == [f"{name}={value}" for name, value in written.items()]

@@ -53,7 +53,9 @@ STAND_IN = textwrap.dedent(
         # What verl writes at a save (checkpoint layout v2), under the default_local_dir it was given.
         value = [a for a in argv if a.startswith("trainer.default_local_dir=")][-1].split("=", 1)[1]
         actor = os.path.join(value.strip("'"), "global_step_3", "actor")
-        shutil.copytree(os.environ["STAND_IN_EXPORT"], os.path.join(actor, "model", "huggingface"))
+        if os.environ.get("STAND_IN_EXPORT"):  # unset: a save without an HF export
+            shutil.copytree(os.environ["STAND_IN_EXPORT"], os.path.join(actor, "model", "huggingface"))
+        os.makedirs(actor, exist_ok=True)
         open(os.path.join(actor, "ckpt_contents.json"), "w").write("{}")
     if mode == "wait":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(43))

@@ -419,3 +419,59 @@ def test_shm_size_is_reported_and_a_missing_one_warns(tmp_path: Path) -> None:
     assert status in {"ok", "warn"} and reason.startswith("/dev/shm is ")
     status, reason = checks.check_shm(tmp_path / "no-shm")
     assert status == "warn" and "NCCL/HCCL and Ray's object store use it" in reason
+
+
+# --- issue 27: behaviours a one-line bug broke unnoticed ------------------------------------
+
+
+@pytest.mark.parametrize("timeout", ["0.5", "5", "59", "61", "600"])
+def test_every_check_gets_exactly_the_timeout_asked_for(tmp_path: Path, timeout: str) -> None:
+    """`--timeout` sets every check's limit as given: not floored, capped or rounded to a default."""
+    done = doctor(tmp_path, "--json", "--timeout", timeout, "--only", "import:packaging", "--only", "import:pyzmq")
+    limits = {check["name"]: check["timeout_s"] for check in report(done)["checks"]}
+    assert limits == {"import:packaging": float(timeout), "import:pyzmq": float(timeout)}, done.stderr
+
+
+@pytest.mark.parametrize(("total", "status"), [(64 << 20, "warn"), ((1 << 30) - 1, "warn"), (1 << 30, "ok"), (64 << 30, "ok")])
+def test_shm_warns_under_the_documented_1_gib(monkeypatch: pytest.MonkeyPatch, total: int, status: str) -> None:
+    """README: `shm` (warn under 1 GiB); Docker's default is 64 MB, compose.yaml sets 64 GB."""
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: usage(total, 0, total))
+    assert checks.check_shm()[0] == status
+
+
+def test_json_keeps_the_drivers_problem(tmp_path: Path) -> None:
+    """A driver tool that answers with an error: the reason belongs in environment.driver.problem."""
+    fake_tool(tmp_path / "bin", "nvidia-smi", "echo 'Failed to initialize NVML: Driver/library version mismatch' >&2; exit 18\n")
+    path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    done = doctor(tmp_path, "--json", "--only", "user", DEVICE="gpu", PATH=path)
+    problem = report(done)["environment"]["driver"]["problem"]
+    assert problem and "Driver/library version mismatch" in problem, done.stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_local_check_that_raises_is_a_failure_and_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    import argparse
+
+    from recipe.doctor.command import EXIT_FAILED, run_doctor
+
+    def broken() -> tuple[str, str]:
+        raise OSError("statvfs failed")
+
+    monkeypatch.setattr(checks, "check_shm", broken)
+    for name, value in {"CHECKPOINT_DIR": tmp_path / "ck", "HF_HOME": tmp_path / "hf"}.items():
+        monkeypatch.setenv(name, str(value))
+    code = run_doctor(argparse.Namespace(json=as_json, only=["shm", "user"], timeout=None))
+    assert code == EXIT_FAILED == 1
+    out = capsys.readouterr().out
+    if as_json:
+        document = json.loads(out)
+        assert by_name(document)["shm"]["status"] == "fail" and document["summary"]["failed"] == ["shm"]
+        assert document["exit_code"] == 1
+    else:
+        assert "statvfs failed" in out and "failed: shm" in out

@@ -7,6 +7,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +15,9 @@ from hypothesis import strategies as st
 
 from recipe.errors import RecipeConfigError
 from recipe.digests import sha256_file
+from recipe.provenance import MODEL_FILES
 from recipe.record_file import RECORD_NAME
+from recipe.settings import REDACTED, Settings
 from tests.unit.export.conftest import TRACKER, plan_of, saved_run
 from tests.unit.runtools import cli, layout_of_one, run_environment
 
@@ -168,3 +171,104 @@ def test_replay_gives_back_the_same_command_and_names_what_changed(tmp_path: Pat
     changed = cli(["replay", str(root / RECORD_NAME)], env)
     assert changed.returncode == 0
     assert changed.stderr.startswith("replay: TRAIN_FILES changed since the record: ")
+
+
+# --- issue 27: behaviours a one-line bug broke unnoticed ------------------------------------
+
+#: The settings the settings model types as secrets (SecretStr): found from the model, not from its own list.
+SECRET_FIELDS = sorted(
+    name.upper() for name, field in Settings.model_fields.items() if "SecretStr" in str(field.annotation)
+)
+
+
+@pytest.mark.parametrize("name", SECRET_FIELDS)
+def test_no_secret_setting_reaches_the_record_or_replay(inputs: dict[str, str], name: str) -> None:
+    """A secret in the record, even redacted, would be replayed as `HF_TOKEN=**********` over the real one."""
+    value = "hf_FAKE_SECRET_for_the_record_0123"
+    root = saved_run(inputs | {name: value})
+    stored = (root / RECORD_NAME).read_text()
+    assert value not in stored and REDACTED not in stored and f'"{name}"' not in stored
+    code, out, _ = _replay_of(root / RECORD_NAME)
+    assert code == 0 and name not in out and REDACTED not in out
+
+
+def _replay_of(path: Path) -> tuple[int, str, str]:
+    import argparse
+    import contextlib
+    import io
+
+    from recipe.replay import run_replay
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_replay(argparse.Namespace(record=path))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_replay_names_each_model_file_that_changed(inputs: dict[str, str], tmp_path: Path) -> None:
+    """Every file the record hashes for MODEL_PATH (config, tokenizer, processor, index)."""
+    model = tmp_path / "model"
+    shutil.copytree(inputs["MODEL_PATH"], model)
+    for name in MODEL_FILES:
+        if not (model / name).exists():
+            (model / name).write_text("{}\n")
+    root = saved_run(inputs | {"MODEL_PATH": str(model)})
+    assert set(json.loads((root / RECORD_NAME).read_text())["provenance"]["model"]["files"]) == set(MODEL_FILES)
+    for name in MODEL_FILES:
+        original = (model / name).read_bytes()
+        (model / name).write_bytes(original + b" ")
+        code, _, err = _replay_of(root / RECORD_NAME)
+        (model / name).write_bytes(original)
+        [line] = [text for text in err.splitlines() if "changed since the record" in text]
+        assert code == 0 and line.startswith(f"replay: MODEL_PATH changed since the record: {name} "), err
+
+
+#: One way for each kind of field to drift: (stored part, now part) of a record.
+DRIFTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "RECIPE": ({"recipe_version": "0.1"}, {"recipe_version": "0.2"}),
+    "FRAMEWORKS": ({"frameworks": {"verl": "0.9.1"}}, {"frameworks": {"verl": "0.9.2"}}),
+    "IMAGE": ({"image": {"locks": {"gpu.lock": "a" * 64}}}, {"image": {"locks": {"gpu.lock": "b" * 64}}}),
+    "MODEL_PATH": ({"model": {"files": {"config.json": "a" * 64}}}, {"model": {"files": {"config.json": "b" * 64}}}),
+    "TRAIN_FILES": ({"data": {"TRAIN_FILES": {"sha256": "a" * 64}}}, {"data": {"TRAIN_FILES": {"sha256": "b" * 64}}}),
+    "VAL_FILES": ({"data": {"VAL_FILES": {"sha256": "a" * 64}}}, {"data": {"VAL_FILES": {"sha256": "b" * 64}}}),
+    "TP": ({"layout": {"tp": 2}}, {"layout": {"tp": 4}}),
+    "SEED": ({"training": {"data.seed": "1"}}, {"training": {"data.seed": "2"}}),
+    "actor_rollout_ref.actor.optim.lr": ({"training": {"actor_rollout_ref.actor.optim.lr": "1e-6"}},
+                                         {"training": {"actor_rollout_ref.actor.optim.lr": "2e-6"}}),
+    "MY_LR": ({"environment_reads": {"MY_LR": "1"}}, {"environment_reads": {"MY_LR": "2"}}),
+    "reward.custom_reward_function.path": ({"reward_function": {"path": "r.py", "sha256": "a" * 64}},
+                                           {"reward_function": {"path": "r.py", "sha256": "b" * 64}}),
+}  # fmt: skip
+
+
+def _merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {"setting_keys": {"data.seed": "SEED"}}
+    for part in parts:
+        for key, value in part.items():
+            merged[key] = {**merged[key], **value} if isinstance(value, dict) and key in merged else value
+    return merged
+
+
+@given(
+    drifted=st.sets(st.sampled_from(sorted(DRIFTS)), min_size=1),
+    allowed=st.sets(st.sampled_from(sorted(DRIFTS) + ["TRAIN_FILE", "tp", "NOT_A_FIELD"])),
+)
+def test_allow_drift_accepts_exactly_the_fields_it_names(drifted: set[str], allowed: set[str]) -> None:
+    """Naming one field never accepts another, nor does a near miss (`TRAIN_FILE`, `tp`)."""
+    from recipe.provenance import drift_problems
+
+    stored = _merged([DRIFTS[name][0] for name in sorted(drifted)])
+    now = _merged([DRIFTS[name][1] for name in sorted(drifted)])
+    refused, accepted = drift_problems(stored, now, sorted(allowed), Path("/ck/run-record.json"))
+    assert {line.split(":")[0] for line in refused} == drifted - allowed
+    assert {line.split(":")[0] for line in accepted} == drifted & allowed
+
+
+def test_the_record_goes_into_a_new_step_saved_without_an_hf_export(tmp_path: Path, qwen35_saved: Path) -> None:
+    work = tmp_path / "run"
+    work.mkdir()
+    root = work / "checkpoints" / "p" / "e"
+    env = run_environment(work, qwen35_saved, **layout_of_one()) | {"STAND_IN_MODE": "save"}
+    done = cli(["run"], env)
+    assert (root / "global_step_3" / "actor").is_dir() and not (root / "global_step_3" / "actor" / "model").exists()
+    assert (root / "global_step_3" / RECORD_NAME).read_bytes() == (root / RECORD_NAME).read_bytes(), done.stderr

@@ -149,3 +149,16 @@ def test_importing_cluster_does_not_import_ray() -> None:
     code = "import sys, recipe.cluster; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().lower()) is False
+
+
+@pytest.mark.parametrize("nnodes", [1, 2, 3, 16])
+def test_joining_an_existing_cluster_waits_for_every_node(monkeypatch: pytest.MonkeyPatch, nnodes: int) -> None:
+    """KubeRay's RayJob: the trainer starts only once all NNODES nodes, with their devices, have joined."""
+    waited: list[tuple[object, ...]] = []
+    monkeypatch.setattr(cluster, "wait_for_nodes", lambda *args, **kwargs: waited.append(args))
+    role = cluster.plan_ray_role(nnodes, 0, None, 6379, "10.0.0.9:6379")
+    ran: list[list[str]] = []
+    code = cluster.run_joined(role, ["trainer"], resource_name="NPU", devices_per_node=16, timeout_s=5,
+                              env={}, run_trainer=lambda argv, env: ran.append(list(argv)) or 0)  # fmt: skip
+    assert code == 0 and ran == [["trainer"]]
+    assert waited == [("10.0.0.9:6379", nnodes, "NPU", 16, 5)]

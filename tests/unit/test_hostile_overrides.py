@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from recipe.errors import RecipeConfigError
-from recipe.launch import checkpoint_root
+from recipe.launch import checkpoint_root, is_secret_name
 from recipe.plan import build_plan
 from recipe.settings import load_settings
 from tests.support.needs import TRAINER_EXTRA, needs
@@ -284,3 +284,27 @@ def test_a_secret_in_an_override_hydra_cannot_parse_is_never_echoed(name: str, v
     override = f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={broken.format(value=value)}"
     problems = _refused(override)
     assert problems and all(value not in p for p in problems), problems
+
+
+_word = st.from_regex(r"[A-Z][A-Z0-9]{0,6}", fullmatch=True).filter(lambda w: not is_secret_name(w))
+
+
+@given(
+    word=st.sampled_from(["KEY", "KEYS", "AUTH", "COOKIE", "SESSION", "PASS"]),
+    before=st.lists(_word, max_size=2),
+    after=st.lists(_word, max_size=2),
+    case=st.sampled_from([str.upper, str.lower]),
+)
+def test_a_secret_word_anywhere_in_a_variable_name_marks_it_secret(
+    word: str, before: list[str], after: list[str], case: Any
+) -> None:
+    """`${oc.env:S3_KEY}`, `${oc.env:key_id}`: each secret word, first, last or inside, in either case."""
+    name = case("_".join([*before, word, *after]))
+    assert is_secret_name(name), name
+    problems = _refused(f"+my_section.value=${{oc.env:{name}}}")
+    assert any(f"reads the secret {name} through oc.env" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("name", ["KEYBOARD_LAYOUT", "MONKEY", "PASSAGE_COUNT", "AUTHOR", "HOST_KEYWORD"])
+def test_a_word_that_only_contains_a_secret_word_is_not_a_secret(name: str) -> None:
+    assert not is_secret_name(name)

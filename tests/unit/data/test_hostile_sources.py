@@ -825,3 +825,17 @@ def test_a_source_tree_past_the_hashing_bound_is_refused_and_leaves_nothing(
     [line] = caught.value.problems
     assert line.startswith(f"--source={str(gsm8k_hub_snapshot)!r}: ") and f"{MAX_DATA_BYTES >> 30} GiB" in line
     assert not (tmp_path / "new").exists()
+
+
+@given(name=st.from_regex(r"[a-z]{1,8}", fullmatch=True), suffix=st.from_regex(r"[-_.a-z0-9]{1,8}", fullmatch=True))
+def test_a_sibling_folder_that_shares_the_sources_name_is_outside_it(name: str, suffix: str) -> None:
+    """`src-evil/` is not inside `src/`: the check compares whole path parts, never a string prefix."""
+    from recipe.data.guard import SourceFolder
+
+    with tempfile.TemporaryDirectory() as scratch:
+        source = Path(scratch) / name
+        source.mkdir()
+        folder = SourceFolder.of(source)
+        assert folder.contains(os.path.join(folder.root, "images", "a.png"))
+        assert not folder.contains(f"{folder.root}{suffix}/a.png")
+        assert not folder.contains(f"{folder.root}{suffix}")

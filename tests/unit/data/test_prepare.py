@@ -345,3 +345,27 @@ def test_hub_failure_names_the_remedy_and_never_the_token_or_endpoint(
     )
     assert not handler.filters  # the redaction is removed again after the load
     assert not (tmp_path / "out").exists()
+
+
+def test_the_manifest_always_describes_the_files_beside_it(
+    geo3k_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rewrite that fails before anything is put in place leaves the old manifest with the old files."""
+    import errno
+
+    from recipe.data import atomic
+
+    out = tmp_path / "out"
+    prepare_dataset("geo3k", out, geo3k_source, progress=quiet)
+    before = listing(out)
+
+    def full_disk(*_args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "replace", full_disk)
+    with pytest.raises(DataPreparationError):
+        prepare_dataset("geo3k", out, geo3k_source, batch_size=1, progress=quiet)  # other row groups: other bytes
+    assert listing(out) == before
+    manifest = json.loads((out / "manifest.json").read_text())
+    for entry in manifest["files"].values():
+        assert hashlib.sha256((out / entry["file"]).read_bytes()).hexdigest() == entry["sha256"]

@@ -159,6 +159,51 @@ BREAKAGES: tuple[Breakage, ...] = (
         (f"{UNIT}/export/test_record_hostile.py::test_an_unreadable_stored_record_refuses_the_resume_whatever_allow_drift_says",),
         "a run-record.json that is a dangling symlink counts as no record: the resume goes on with no drift check",
     ),
+    # Issue 27: one breakage per group of behaviours that one-line bugs broke unnoticed.
+    Breakage(
+        "allow-drift-accepts-any-field",
+        "recipe/provenance.py",
+        "        if field in allowed:\n",
+        "        if allowed:\n",
+        (f"{UNIT}/export/test_provenance.py::test_allow_drift_accepts_exactly_the_fields_it_names",),
+        "ALLOW_DRIFT=TRAIN_FILES also accepts a changed TP, model or framework: a resume mixes two runs",
+    ),
+    Breakage(
+        "doctor-check-error-is-a-warning",
+        "recipe/doctor/checks.py",
+        'status, reason = "fail", f"{type(error).__name__}: {error}"',
+        'status, reason = "warn", f"{type(error).__name__}: {error}"',
+        (f"{UNIT}/test_doctor.py::test_a_local_check_that_raises_is_a_failure_and_exit_1",),
+        "a doctor check that crashes counts as a warning: the init container passes a broken node (exit 0)",
+    ),
+    Breakage(
+        "strict-attributed-to-offload",
+        "recipe/launch.py",
+        'settings.export_strict, setting="EXPORT_STRICT")',
+        'settings.export_strict, setting="OFFLOAD")',
+        (f"{UNIT}/test_settings_table.py::test_an_override_of_each_decided_key_is_refused_naming_its_setting",),
+        "an override of checkpoint.strict is refused naming OFFLOAD: the user changes the wrong setting",
+    ),
+    Breakage(
+        "join-waits-one-node-short",
+        "recipe/cluster.py",
+        "    wait_for_nodes(role.address, role.nnodes, resource_name, devices_per_node, timeout_s,\n"
+        "                   poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)\n"
+        "    return run_trainer(",
+        "    wait_for_nodes(role.address, role.nnodes - 1, resource_name, devices_per_node, timeout_s,\n"
+        "                   poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)\n"
+        "    return run_trainer(",
+        (f"{UNIT}/test_cluster.py::test_joining_an_existing_cluster_waits_for_every_node",),
+        "on a RayJob the trainer starts before the last node joined: verl places its workers on too few devices",
+    ),
+    Breakage(
+        "source-folder-by-string-prefix",
+        "recipe/data/guard.py",
+        "return real == root or real.startswith(root.rstrip(os.sep) + os.sep)",
+        "return real == root or real.startswith(root)",
+        (f"{UNIT}/data/test_hostile_sources.py::test_a_sibling_folder_that_shares_the_sources_name_is_outside_it",),
+        "an image path into `src-evil/` passes as inside `src/`: prepare-data reads files outside --source",
+    ),
 )
 
 

@@ -4,7 +4,7 @@
 tests/mutations/check.py is the gate (named breakages CI must catch). This asks mutmut
 (`pip install mutmut==3.8.1`, the release measured; not in the test extra, as CI does not run
 this) to make every small mutation of each module below, runs the
-module's own unit tests against each, and prints killed / all per module. A survived mutant
+module's own unit tests against each, and prints killed / all and the time per module. A survived mutant
 is a change no test notices; a "no tests" one is code those tests never reach.
 
     python benchmarks/mutation_score.py [MODULE ...]      # e.g. layout allocator
@@ -21,17 +21,58 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-#: module under recipe/ -> the unit tests that are meant to pin it down.
+#: module under recipe/ -> the unit tests that are meant to pin it down (every module; `--list` prints them).
+U, E, D, S = "tests/unit", "tests/unit/export", "tests/unit/data", "tests/unit/smoke"
 MODULES = {
-    "layout": ["tests/unit/test_layout.py"],
-    "allocator": ["tests/unit/test_allocator.py"],
-    "cluster": ["tests/unit/test_cluster.py"],
+    "allocator": [f"{U}/test_allocator.py"],
+    "cli": [f"{U}/test_cli.py", f"{U}/test_run_command.py"],
+    "cluster": [f"{U}/test_cluster.py"],  # its Ray half: tests/unit/test_cluster_ray.py, real Ray, too slow per mutant
+    "data/atomic": [f"{D}/test_atomic.py"],
+    "data/command": [f"{D}/test_command.py"],
+    "data/errors": [f"{D}/test_command.py"],
+    "data/guard": [f"{D}/test_hostile_sources.py"],
+    "data/prepare": [f"{D}/test_prepare.py"],
+    "data/source": [f"{D}/test_hostile_sources.py", f"{D}/test_prepare.py"],
+    "data/specs": [f"{D}/test_specs.py"],
+    "device": [f"{U}/test_device.py"],
+    "digests": [f"{E}/test_record_hostile.py", f"{E}/test_provenance.py"],
+    "doctor/checks": [f"{U}/test_doctor.py"],
+    "doctor/command": [f"{U}/test_doctor.py"],
+    "doctor/facts": [f"{U}/test_doctor.py"],
+    "doctor/probe": [f"{U}/test_doctor.py", f"{U}/test_doctor_runner.py"],
+    "doctor/runner": [f"{U}/test_doctor_runner.py"],
+    "errors": [f"{U}/test_cli.py"],
+    "export/bridge_export": [f"{E}/test_commands_and_watch.py", f"{E}/test_export_command_inputs.py"],
+    "export/commands": [f"{E}/test_commands_and_watch.py", f"{E}/test_export_command_inputs.py"],
+    "export/cpu_layers": ["tests/bridge"],
+    "export/expected": [f"{E}/test_hf_check.py"],
+    "export/hf_check": [f"{E}/test_hf_check.py", f"{E}/test_hostile_exports.py"],
+    "export/jsonsafe": [f"{E}/test_jsonsafe.py"],
+    "export/report": [f"{E}/test_hf_check.py"],
+    "export/shards": [f"{E}/test_hostile_headers.py", f"{E}/test_hf_check.py"],
+    "export/verl_patch": [f"{U}/test_worker_setup.py"],
+    "export/watch": [f"{E}/test_commands_and_watch.py"],
+    "help": [f"{U}/test_help.py"],
+    "launch": [f"{U}/test_launch.py", f"{U}/test_settings_table.py", f"{U}/test_hostile_overrides.py"],
+    "layout": [f"{U}/test_layout.py"],
+    "models": [f"{U}/test_layout.py"],
+    "plan": [f"{U}/test_verl_compose.py", f"{U}/test_hostile_overrides.py"],
+    "provenance": [f"{E}/test_provenance.py", f"{E}/test_record_hostile.py"],
+    "record_file": [f"{E}/test_record_hostile.py"],
+    "replay": [f"{E}/test_replay_hostile.py"],
+    "settings": [f"{U}/test_settings.py", f"{U}/test_hostile_settings.py"],
+    "smoke/arithmetic": [f"{S}/test_dataset.py"],
+    "smoke/prepare": [f"{S}/test_prepare.py"],
+    "smoke/profile": [f"{S}/test_profile_compose.py"],
+    "smoke/reward": [f"{S}/test_dataset.py"],
+    "smoke/tokenizer": [f"{S}/test_tokenizer.py"],
+    "smoke/verdict": [f"{S}/test_verdict.py"],
+    "worker_setup": [f"{U}/test_worker_setup.py"],
 }
-# recipe/provenance.py is left out: its tests run `entrypoint.py run` end to end (seconds each),
-# which makes a mutation run of it take most of an hour here.
 #: What the tests read besides the code.
 ALSO_COPY = ["tests/", "recipe/", "README.md", "pyproject.toml", "docs/", "docker/", "entrypoint.py", "k8s/", ".env.example"]
 
@@ -61,23 +102,30 @@ def score(module: str, tests: list[str]) -> dict[str, int]:
 def main() -> int:
     from importlib.util import find_spec
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", metavar="MODULE", help=f"some of: {', '.join(MODULES)} (default: all)")
+    parser.add_argument("--list", action="store_true", help="print each module and its tests, run nothing")
+    args = parser.parse_args()
+    if args.list:
+        for module, tests in MODULES.items():
+            print(f"recipe/{module}.py: {' '.join(tests)}")
+        return 0
     if find_spec("mutmut") is None:
         print("error: mutmut is not installed: pip install mutmut==3.8.1", file=sys.stderr)
         return 2
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("modules", nargs="*", metavar="MODULE", help=f"some of: {', '.join(MODULES)} (default: all)")
-    args = parser.parse_args()
     totals: dict[str, int] = {}
     unknown = sorted(set(args.modules) - set(MODULES))
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}: choose from {', '.join(MODULES)}")
     for module in args.modules or list(MODULES):
+        began = time.monotonic()
         counts = score(module, MODULES[module])
+        seconds = time.monotonic() - began
         total = sum(counts.values())
         for key, value in counts.items():
             totals[key] = totals.get(key, 0) + value
-        print(f"recipe/{module}.py: {counts['killed']}/{total} killed ({counts['killed'] / max(total, 1):.0%}); "
-              + json.dumps({k: v for k, v in counts.items() if k != 'killed'}))
+        print(f"recipe/{module}.py: {counts['killed']}/{total} killed ({counts['killed'] / max(total, 1):.0%}) "
+              f"in {seconds:.0f} s; " + json.dumps({k: v for k, v in counts.items() if k != 'killed'}), flush=True)
     total = sum(totals.values())
     print(f"all: {totals.get('killed', 0)}/{total} killed ({totals.get('killed', 0) / max(total, 1):.0%})")
     return 0

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from recipe import cluster
+from recipe.chip import chip_problem
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.digests import FileRefused, open_regular, read_bounded
 from recipe.doctor.command import add_doctor_parser, run_doctor
@@ -410,6 +411,11 @@ def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
 def _cmd_run(plan: Plan) -> int:
     settings = plan.settings
     problems = run_problems(plan)
+    if not problems and plan.device.name == "npu":
+        # vllm-ascend would refuse the node's NPUs only once the model is loaded (recipe.chip).
+        mismatch = chip_problem()
+        if mismatch:
+            problems.append(mismatch)
     role = cluster.plan_ray_role(
         settings.nnodes, settings.node_rank, settings.master_addr, settings.ray_port, settings.ray_address
     )

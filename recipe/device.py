@@ -16,7 +16,8 @@ from typing import Callable, Literal, Mapping
 
 Device = Literal["gpu", "npu"]
 
-#: Devices per node when NDEVICES_PER_NODE is unset: 8 GPUs; 8 Ascend A3 cards of 2 dies each.
+#: Devices per node when NDEVICES_PER_NODE is unset: 8 GPUs; on npu the chip decides (recipe.chip:
+#: 16 on a3, 8 cards of 2 dies; 8 on 910b), 16 being the default chip's.
 DEFAULT_DEVICES_PER_NODE: dict[Device, int] = {"gpu": 8, "npu": 16}
 
 _NVIDIA_NODE = re.compile(r"^nvidia(\d+)$")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recipe.cluster import cluster_problems, ray_auth_problems
+from recipe.chip import CHIPS, DEFAULT_CHIP, Chip
 from recipe.device import DEFAULT_DEVICES_PER_NODE, Device
 from recipe.errors import RecipeConfigError
 from recipe.models import ModelArchitecture
@@ -19,8 +20,15 @@ from recipe.settings import Settings
 #: Upstream's tuned defaults (verl examples/grpo_trainer/run_qwen3_5_35b_megatron.sh).
 DEVICE_DEFAULTS: dict[Device, dict[str, int]] = {
     "gpu": {"TP": 2, "PP": 1, "CP": 1, "EP": 8, "ETP": 1, "GEN_TP": 8},
+    # GEN_TP=8 on npu: with TP4, vllm-ascend fails to load Qwen3.5-35B-A3B (an NZ-format matmul on a
+    # [2048, 1] weight: vllm-ascend#10014, #11621), and verl's own A3 settings for this model went
+    # from GEN_TP 4 to 8 after it (verl#6972). known_failure_problems refuses GEN_TP=4 there.
     "npu": {"TP": 2, "PP": 2, "CP": 1, "EP": 8, "ETP": 1, "GEN_TP": 8},
 }
+
+#: Upstream's npu defaults are tuned for an a3 node's 16 NPUs; on a 910b node's 8, EP x PP = 16
+#: would not divide the world, so PP=1 there: the gpu layout for 8 devices (not tuned upstream).
+CHIP_DEFAULTS: dict[Chip, dict[str, int]] = {"a3": {}, "910b": {"PP": 1}}
 
 #: Upstream batches by token count (use_dynamic_bsz) on npu only; gpu uses fixed micro-batches.
 DYNAMIC_BATCHING: dict[Device, bool] = {"gpu": False, "npu": True}
@@ -74,8 +82,10 @@ def _pick(settings: Settings, name: str, default: int, label: str) -> tuple[int,
     return value, "environment"
 
 
-def resolve_layout(settings: Settings, device: Device, model: ModelArchitecture) -> ParallelLayout:
-    """Fill unset sizes with the device's defaults, then check every rule.
+def resolve_layout(
+    settings: Settings, device: Device, model: ModelArchitecture, chip: Chip = DEFAULT_CHIP
+) -> ParallelLayout:
+    """Fill unset sizes with the device's defaults (on npu, NDEVICES_PER_NODE is the chip's), then check every rule.
 
     Raises RecipeConfigError with one line per violated rule.
     """
@@ -86,8 +96,9 @@ def resolve_layout(settings: Settings, device: Device, model: ModelArchitecture)
 
         defaults, label = dict(SMOKE_LAYOUT), "smoke profile"
     else:
-        defaults = {**DEVICE_DEFAULTS[device], "NDEVICES_PER_NODE": DEFAULT_DEVICES_PER_NODE[device]}
-        label = f"default for {device}"
+        per_node = CHIPS[chip].devices_per_node if device == "npu" else DEFAULT_DEVICES_PER_NODE[device]
+        defaults = {**DEVICE_DEFAULTS[device], **(CHIP_DEFAULTS[chip] if device == "npu" else {}), "NDEVICES_PER_NODE": per_node}
+        label = f"default for {device}" + (f" ({chip})" if device == "npu" else "")
     for name, default in defaults.items():
         chosen[name], sources[name] = _pick(settings, name, default, label)
     sources["NNODES"] = "environment" if "NNODES" in settings.user_set() else "default"
@@ -103,6 +114,7 @@ def resolve_layout(settings: Settings, device: Device, model: ModelArchitecture)
         sources=sources,
     )
     problems = layout_problems(layout, model, settings, DYNAMIC_BATCHING[device])
+    problems += known_failure_problems(layout, model, settings, device)
     if problems:
         raise RecipeConfigError(problems)
     return layout
@@ -174,3 +186,25 @@ def layout_problems(
         ray_auth_problems(layout.nnodes, settings.ray_address, settings.ray_auth_mode, settings.ray_auth_token is not None)
     )
     return problems
+
+
+#: vllm-ascend fails to load Qwen3.5-35B-A3B with rollout TP 4 (see DEVICE_DEFAULTS).
+GEN_TP4_ISSUE = "vllm-ascend#10014"
+
+
+def known_failure_problems(
+    layout: ParallelLayout, model: ModelArchitecture, settings: Settings, device: Device
+) -> list[str]:
+    """Layouts that divide but that upstream reports failing for this model on this target; ALLOW_UPSTREAM_ISSUE lets one through."""
+    from dataclasses import replace
+
+    from recipe.models import QWEN3_5_35B_A3B
+
+    this_model = replace(model, name=QWEN3_5_35B_A3B.name) == QWEN3_5_35B_A3B
+    if device == "npu" and this_model and layout.gen_tp == 4 and GEN_TP4_ISSUE not in settings.allowed_upstream_issues:
+        return [
+            f"GEN_TP=4: vllm-ascend fails to load Qwen3.5-35B-A3B with rollout TP 4 (an NZ-format matmul on a "
+            f"[2048, 1] weight: {GEN_TP4_ISSUE}, vllm-ascend#11621; verl's A3 settings moved to 8, verl#6972); "
+            f"use GEN_TP=8, or set ALLOW_UPSTREAM_ISSUE={GEN_TP4_ISSUE} to try a vllm-ascend that fixes it"
+        ]
+    return []

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 from recipe import __version__
+from recipe.chip import DEFAULT_CHIP, Chip, assumed_chip
 from recipe.allocator import ALLOC_CONF_VARIABLES, AllocatorDecision, decide_allocator
 from recipe.device import DeviceDetection, detect_device
 from recipe.errors import RecipeConfigError
@@ -63,6 +64,8 @@ class Plan:
     provenance: dict[str, Any] = field(default_factory=dict)
     #: Drift since the checkpoint's run started that ALLOW_DRIFT accepted, one line each.
     drift_accepted: list[str] = field(default_factory=list)
+    #: On npu, the chip assumed and why ({"name", "reason"}); None on gpu.
+    chip: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready document (secrets redacted)."""
@@ -78,6 +81,7 @@ class Plan:
             "argv": self.argv,
             "provenance": self.provenance,
             "drift_accepted": self.drift_accepted,
+            "chip": self.chip,
         }
 
     def to_json(self) -> str:
@@ -89,6 +93,7 @@ class Plan:
         lay = self.layout
         lines = [
             f"device   {self.device.name} ({self.device.source}: {self.device.reason})",
+            *([f"chip     {self.chip['name']} ({self.chip['reason']})"] if self.chip else []),
             f"model    {self.model.architecture.name} [{self.model.source}]",
             f"layout   TP={lay.tp} PP={lay.pp} CP={lay.cp} EP={lay.ep} ETP={lay.etp} GEN_TP={lay.gen_tp} "
             f"DP={lay.dp} on {lay.nnodes} node(s) x {lay.ndevices_per_node} = {lay.world_size} devices",
@@ -127,8 +132,9 @@ def build_plan(
 
         model_dir = shipped_model_dir()  # `run` builds the smoke model from exactly this config
     model = _collect(problems, lambda: load_architecture(model_dir))
+    chip, chip_reason = _assumed_chip(environ) if device.name == "npu" else (DEFAULT_CHIP, "")
     layout = (
-        _collect(problems, lambda: resolve_layout(settings, device.name, model.architecture))
+        _collect(problems, lambda: resolve_layout(settings, device.name, model.architecture, chip))
         if model is not None
         else None
     )
@@ -167,8 +173,17 @@ def build_plan(
     )
     drift_accepted = _drift_guard(settings, overrides, record)
     return Plan(
-        settings, device, model, layout, allocator, env, overrides, trainer_argv(overrides), record, drift_accepted
+        settings, device, model, layout, allocator, env, overrides, trainer_argv(overrides), record, drift_accepted,
+        {"name": chip, "reason": chip_reason} if device.name == "npu" else None,
     )
+
+
+def _assumed_chip(environ: Mapping[str, str]) -> tuple[Chip, str]:
+    """The npu chip this plan is for: the image's label, else the default (recipe.chip)."""
+    from recipe.doctor.facts import image_info_dir, read_labels
+
+    labels = read_labels(image_info_dir(environ))
+    return assumed_chip(labels[0] if labels else None)
 
 
 #: The layout's numbers that decide the math (its `sources` only say where each came from).

@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     gen_tp: PositiveInt | None = Field(None, description="vLLM tensor parallel size of the rollout.")
     nnodes: PositiveInt = Field(1, description="Number of nodes in the run.")
     ndevices_per_node: PositiveInt | None = Field(
-        None, description="Accelerators per node (gpu default 8; npu default 16: 8 A3 cards of 2 dies)."
+        None, description="Accelerators per node (gpu default 8; npu: 16 on a3, 8 cards of 2 dies; 8 on 910b)."
     )
 
     # --- several nodes ------------------------------------------------------
@@ -151,6 +151,13 @@ class Settings(BaseSettings):
         description=(
             "Comma-separated fields whose change since the checkpoint's run started a resume accepts "
             "(TRAIN_FILES, MODEL_PATH, FRAMEWORKS, RECIPE, IMAGE, a setting, or a Hydra key); see Reproducibility."
+        ),
+    )
+    allow_upstream_issue: str | None = Field(
+        None,
+        description=(
+            "Comma-separated upstream issues (e.g. vllm-ascend#10014) whose known failure a layout rule "
+            "should let you try anyway, say with a vllm-ascend that fixes it; see Layout rules."
         ),
     )
     expandable_segments: bool = Field(
@@ -232,6 +239,22 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError(f"must be field names separated by commas (TRAIN_FILES,MODEL_PATH,...); not {bad[0]!r}")
         return ",".join(fields)
+
+    @field_validator("allow_upstream_issue")
+    @classmethod
+    def _issue_refs(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        refs = [ref.strip() for ref in value.split(",")]
+        bad = [ref for ref in refs if not re.fullmatch(r"[A-Za-z0-9_.-]+#[0-9]+", ref)]
+        if bad:
+            raise ValueError(f"must be upstream issues like vllm-ascend#10014, separated by commas; not {bad[0]!r}")
+        return ",".join(refs)
+
+    @property
+    def allowed_upstream_issues(self) -> list[str]:
+        """The upstream issues ALLOW_UPSTREAM_ISSUE names."""
+        return self.allow_upstream_issue.split(",") if self.allow_upstream_issue else []
 
     @property
     def allowed_drift(self) -> list[str]:

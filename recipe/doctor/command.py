@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from recipe import __version__
+from recipe.chip import chip_problem
 from recipe.device import detect_device
 from recipe.doctor import checks, facts
 from recipe.doctor.runner import CheckResult, run_probe
@@ -181,6 +182,11 @@ def run_doctor(args: argparse.Namespace) -> int:
     device = detection.name
     info_dir = facts.image_info_dir(environ)
     labels = facts.read_labels(info_dir)
+    if device == "npu" and detection.visible_devices:
+        # An image built for the other chip cannot run here at all: said first, and alone (recipe.chip).
+        mismatch = chip_problem()
+        if mismatch:
+            return _cannot_run([mismatch], args.json)
 
     driver_result: dict[str, facts.DriverFacts] = {}
     driver_lock = threading.Lock()

@@ -323,7 +323,7 @@ def test_plan_through_compose_in_the_built_image(compose_bin: str, tmp_path: Pat
 def test_a2_override_from_the_docs(compose_bin: str, tmp_path: Path) -> None:
     """docs/deploy.md's compose.override.yaml for A2 nodes loads and gives 8 NPUs."""
     docs = (REPO / "docs" / "deploy.md").read_text()
-    match = re.search(r"<!-- compose-override: a2 -->\n```yaml\n(.*?)```", docs, flags=re.DOTALL)
+    match = re.search(r"<!-- compose-override: 910b -->\n```yaml\n(.*?)```", docs, flags=re.DOTALL)
     assert match, "the A2 override block is gone from docs/deploy.md"
     override = tmp_path / "compose.override.yaml"
     override.write_text(match.group(1))

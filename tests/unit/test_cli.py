@@ -34,10 +34,10 @@ def test_plan_json_with_no_environment_is_one_json_document() -> None:
 
 
 def test_plan_json_reflects_the_environment() -> None:
-    plan = json.loads(_run("plan", "--json", DEVICE="npu", TP="4", PP="1", GEN_TP="4").stdout)
+    plan = json.loads(_run("plan", "--json", DEVICE="npu", TP="4", PP="1", GEN_TP="2").stdout)
     assert plan["device"] == {"name": "npu", "source": "setting", "reason": "DEVICE=npu was set", "visible_devices": plan["device"]["visible_devices"]}
-    assert (plan["layout"]["tp"], plan["layout"]["pp"], plan["layout"]["gen_tp"], plan["layout"]["ndevices_per_node"]) == (4, 1, 4, 16)
-    assert plan["layout"]["sources"]["TP"] == "environment" and plan["layout"]["sources"]["EP"] == "default for npu"
+    assert (plan["layout"]["tp"], plan["layout"]["pp"], plan["layout"]["gen_tp"], plan["layout"]["ndevices_per_node"]) == (4, 1, 2, 16)
+    assert plan["layout"]["sources"]["TP"] == "environment" and plan["layout"]["sources"]["EP"] == "default for npu (a3)"
 
 
 def test_plan_for_people_names_device_layout_and_command() -> None:

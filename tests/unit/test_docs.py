@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 from .envtools import REPO
 from recipe.settings import Settings
@@ -12,3 +14,21 @@ def test_readme_settings_table_lists_every_setting() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `([A-Z_]+)` \|", readme, flags=re.MULTILINE))
     assert {name.upper() for name in Settings.model_fields} <= documented
+
+
+#: The chips' one spelling is CANN's image tags (`a3`, `910b`); `a2` was once used for 910b and is refused.
+_OLD_CHIP_SPELLING = re.compile(r"CANN_CHIP\s*[=:]\s*[\"']?a2\b|cann:[\w.]*-a2-|chip[:= ]+[\"'`]?a2\b", re.IGNORECASE)
+
+
+def test_each_chip_has_one_spelling_in_the_whole_tree() -> None:
+    """Docs, Dockerfiles, compose, k8s, code and tests: CANN_CHIP is `a3` or `910b`, never `a2`."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
+    found = []
+    for name in filter(None, (raw.decode() for raw in tracked)):
+        path = REPO / name
+        if path.suffix in {".parquet", ".safetensors", ".png"} or not path.is_file() or path == Path(__file__):
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if _OLD_CHIP_SPELLING.search(line):
+                found.append(f"{name}:{number}: {line.strip()}")
+    assert found == []

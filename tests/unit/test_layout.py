@@ -39,7 +39,8 @@ def test_upstream_defaults_fill_unset_values(device: str) -> None:
     sizes, per_node = UPSTREAM_DEFAULTS[device]
     assert (layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, layout.gen_tp) == sizes
     assert layout.ndevices_per_node == per_node
-    assert all(source == f"default for {device}" for name, source in layout.sources.items() if name != "NNODES")
+    label = f"default for {device}" + (" (a3)" if device == "npu" else "")  # npu: the default chip's
+    assert all(source == label for name, source in layout.sources.items() if name != "NNODES")
 
 
 def test_the_readme_table_gives_the_same_defaults() -> None:
@@ -57,7 +58,7 @@ def test_the_readme_table_gives_the_same_defaults() -> None:
 def test_a_user_value_is_kept_and_marked() -> None:
     layout = resolve_layout(settings_of(TP=4, PP=2), "npu", QWEN3_5_35B_A3B)
     assert (layout.tp, layout.pp, layout.dp) == (4, 2, 2)
-    assert layout.sources["TP"] == "environment" and layout.sources["EP"] == "default for npu"
+    assert layout.sources["TP"] == "environment" and layout.sources["EP"] == "default for npu (a3)"
 
 
 def test_tp_that_does_not_divide_the_heads() -> None:

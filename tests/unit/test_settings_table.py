@@ -62,6 +62,7 @@ CHANGES: dict[str, tuple[object, dict[str, object]]] = {
     "RAY_PORT": (6380, {}),
     "RAY_WAIT_TIMEOUT": (60, {}),
     "ALLOW_DRIFT": ("TP", {}),
+    "ALLOW_UPSTREAM_ISSUE": ("vllm-ascend#10014", {}),
 }
 _KEY = re.compile(r"`([^`]+)`(?:\s*\((gpu|npu)\))?")
 

@@ -60,7 +60,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "gpu defaults": {"DEVICE": "gpu"},
     "npu defaults": {"DEVICE": "npu"},
     "gpu tp4 ep4 strict wandb": {"DEVICE": "gpu", "TP": "4", "EP": "4", "EXPORT_STRICT": "true", "WANDB_API_KEY": "k"},
-    "npu tp4 pp1 gen_tp4 no offload": {"DEVICE": "npu", "TP": "4", "PP": "1", "GEN_TP": "4", "OFFLOAD": "false"},
+    "npu tp4 pp1 gen_tp2 no offload": {"DEVICE": "npu", "TP": "4", "PP": "1", "GEN_TP": "2", "OFFLOAD": "false"},
     "gpu two nodes": {
         "DEVICE": "gpu", "NNODES": "2", "MASTER_ADDR": "10.0.0.1", "EP": "16", "RAY_AUTH_MODE": "disabled",
     },

@@ -43,15 +43,15 @@ def test_device_setting_selects_that_devices_defaults(run_plan: Any, device: str
     [
         ({"DEVICE": "gpu", "TP": "4", "PP": "2", "EP": "4"}, {"tp": 4, "pp": 2, "ep": 4}),
         (
-            {"DEVICE": "npu", "TP": "4", "PP": "2", "EP": "4", "GEN_TP": "4"},
-            {"tp": 4, "pp": 2, "ep": 4, "gen_tp": 4},
+            {"DEVICE": "npu", "TP": "4", "PP": "2", "EP": "4", "GEN_TP": "2"},
+            {"tp": 4, "pp": 2, "ep": 4, "gen_tp": 2},
         ),
         (
             {"DEVICE": "gpu", "NNODES": "2", "MASTER_ADDR": "head-node", "EP": "16", "RAY_AUTH_MODE": "disabled"},
             {"nnodes": 2, "ep": 16, "world_size": 16},
         ),
     ],
-    ids=["gpu-tp4-pp2-ep4", "npu-tp4-pp2-ep4-gen_tp4", "gpu-2-nodes-ep16"],
+    ids=["gpu-tp4-pp2-ep4", "npu-tp4-pp2-ep4-gen_tp2", "gpu-2-nodes-ep16"],
 )
 def test_parallel_overrides_reach_the_layout(
     run_plan: Any, environment: dict[str, str], expected: dict[str, int]

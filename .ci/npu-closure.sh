@@ -7,9 +7,10 @@
 #    (--only-binary :all:), for the image's interpreter and platform: CPython 3.12, aarch64,
 #    glibc 2.35 (Ubuntu 22.04, the CANN base). pip does not expand a manylinux level
 #    downwards, so every level from 2_35 to 2_17 (and manylinux2014) is listed.
-# 2. Reports, from PyPI's index, which pins of requirements-source.lock and vllm-source.lock
-#    have a wheel for that platform (the Dockerfile builds all three from their sdists) and
-#    downloads those sdists, sha256-checked against the locks.
+# 2. Reports, from PyPI's index, which pins of requirements-source.lock, vllm-source.lock and
+#    vllm-ascend-source.lock have a wheel for that platform (the Dockerfile builds them from
+#    their sdists; vllm-ascend on CANN_CHIP=a3 only) and downloads those sdists, sha256-checked
+#    against the locks.
 # 3. Runs docker/npu/closure.py over the wheels: every DT_NEEDED of every ELF file must come
 #    from a wheel, Ubuntu 22.04's base system or docker/npu/cann-libraries.txt, and no
 #    symbol version may need more than glibc 2.35 / GCC 12's libstdc++.
@@ -23,7 +24,8 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 CACHE="${NPU_WHEEL_CACHE:-/var/lib/grpo-recipe-ci/wheels/npu}"
 LOCK="$REPO/docker/npu/requirements.lock"
-SOURCE_LOCKS=("$REPO/docker/npu/requirements-source.lock" "$REPO/docker/npu/vllm-source.lock")
+SOURCE_LOCKS=("$REPO/docker/npu/requirements-source.lock" "$REPO/docker/npu/vllm-source.lock"
+              "$REPO/docker/npu/vllm-ascend-source.lock")
 INDEX="${NPU_INDEX_URL:-https://pypi.org/simple}"
 
 log() { printf '[npu-closure] %s\n' "$*"; }

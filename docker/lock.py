@@ -11,7 +11,8 @@ The npu image builds vLLM from its source release with VLLM_TARGET_DEVICE=empty
 (the way vllm-ascend installs it): the PyPI vllm wheels are CUDA builds that pin a
 CUDA torch. So for npu this script also downloads the vLLM sdist, checks its sha256
 against PyPI, writes that pin to vllm-source.lock, and feeds vLLM's own
-requirements/common.txt to the resolver.
+requirements/common.txt to the resolver. It pins the vllm-ascend sdist the same way
+(vllm-ascend-source.lock), which the builder compiles for Atlas A3.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class Target:
     # resolved as a check that the same pins install there too.
     platforms: tuple[str, ...]
     vllm_source: str | None = None  # "vllm==X.Y.Z" when vLLM is built from its sdist
+    # "vllm-ascend==X.Y.Z": its sdist, built for Atlas A3 (CANN_CHIP=a3) where PyPI's wheels are A2 only
+    vllm_ascend_source: str | None = None
     python_version: str = PYTHON_VERSION
     extra_uv_args: tuple[str, ...] = field(default=())
 
@@ -63,6 +66,7 @@ TARGETS = {
         "npu",
         ("aarch64-manylinux_2_35",),
         vllm_source="vllm==0.23.0",
+        vllm_ascend_source="vllm-ascend==0.23.0",
     ),
     # CI's stand-in framework base: Debian bookworm (Python 3.11, glibc 2.36) with only
     # the recipe's runtime dependencies, so the recipe layer builds and runs without GPUs.
@@ -77,11 +81,19 @@ def _sdist(name: str, version: str) -> tuple[str, str]:
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         files = json.load(response)["files"]
-    wanted = f"{name}-{version}.tar.gz"
+    wanted = {f"{name}-{version}.tar.gz", f"{name.replace('-', '_')}-{version}.tar.gz"}  # PEP 625 normalises it
     for entry in files:
-        if entry["filename"] == wanted:
+        if entry["filename"] in wanted:
             return entry["url"], entry["hashes"]["sha256"]
-    raise SystemExit(f"{wanted}: not on PyPI")
+    raise SystemExit(f"{' or '.join(sorted(wanted))}: not on PyPI")
+
+
+def _checked_download(url: str, sha256: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=600) as response:
+        blob = response.read()
+    if hashlib.sha256(blob).hexdigest() != sha256:
+        raise SystemExit(f"{url}: sha256 does not match PyPI's")
+    return blob
 
 
 def write_vllm_source(target: Target) -> Path:
@@ -90,10 +102,7 @@ def write_vllm_source(target: Target) -> Path:
         raise ValueError(f"{target.device}: no vLLM source release to pin")
     name, version = target.vllm_source.split("==")
     url, sha256 = _sdist(name, version)
-    with urllib.request.urlopen(url, timeout=600) as response:
-        blob = response.read()
-    if hashlib.sha256(blob).hexdigest() != sha256:
-        raise SystemExit(f"{url}: sha256 does not match PyPI's")
+    blob = _checked_download(url, sha256)
     with tarfile.open(fileobj=io.BytesIO(blob)) as archive:
         member = archive.extractfile(f"{name}-{version}/requirements/common.txt")
         if member is None:
@@ -111,6 +120,22 @@ def write_vllm_source(target: Target) -> Path:
     return generated
 
 
+def write_vllm_ascend_source(target: Target) -> Path:
+    """Pin the vllm-ascend sdist by hash: the builder compiles it for the A3 SOC when CANN_CHIP=a3."""
+    if target.vllm_ascend_source is None:
+        raise ValueError(f"{target.device}: no vllm-ascend source release to pin")
+    name, version = target.vllm_ascend_source.split("==")
+    url, sha256 = _sdist(name, version)
+    _checked_download(url, sha256)
+    lock = target.dir / "vllm-ascend-source.lock"
+    lock.write_text(
+        "# vllm-ascend built from source for Atlas A3 (CANN_CHIP=a3, SOC_VERSION=ascend910_9391): its PyPI\n"
+        "# wheels are built for Atlas A2 only (docs/images.md). Written by docker/lock.py\n"
+        f"{target.vllm_ascend_source} --hash=sha256:{sha256}\n"
+    )
+    return lock
+
+
 def compile_lock(target: Target) -> None:
     """Run uv pip compile for every platform of TARGET; write the first one's lock."""
     uv = shutil.which("uv")
@@ -119,6 +144,8 @@ def compile_lock(target: Target) -> None:
     inputs = [target.dir / "requirements.in"]
     if target.vllm_source:
         inputs.append(write_vllm_source(target))
+    if target.vllm_ascend_source:
+        write_vllm_ascend_source(target)
     options: list[str] = []
     for name, flag in (("overrides.txt", "--overrides"), ("excludes.txt", "--excludes")):
         if (target.dir / name).exists():

@@ -63,7 +63,7 @@ MODULES = {
     "plan": [f"{U}/test_verl_compose.py", f"{U}/test_hostile_overrides.py"],
     "provenance": [f"{E}/test_provenance.py", f"{E}/test_record_hostile.py"],
     "record_file": [f"{E}/test_record_hostile.py"],
-    "replay": [f"{E}/test_replay_hostile.py"],
+    "replay": [f"{E}/test_replay_hostile.py", f"{E}/test_record_hostile.py", f"{E}/test_provenance.py"],
     "settings": [f"{U}/test_settings.py", f"{U}/test_hostile_settings.py"],
     "smoke/arithmetic": [f"{S}/test_dataset.py"],
     "smoke/prepare": [f"{S}/test_prepare.py"],

@@ -30,7 +30,11 @@ U, E, D, S = "tests/unit", "tests/unit/export", "tests/unit/data", "tests/unit/s
 MODULES = {
     "allocator": [f"{U}/test_allocator.py"],
     "cli": [f"{U}/test_cli.py", f"{U}/test_run_command.py"],
-    "cluster": [f"{U}/test_cluster.py"],  # its Ray half: tests/unit/test_cluster_ray.py, real Ray, too slow per mutant
+    "cluster/rules": [f"{U}/cluster/test_rules.py"],
+    "cluster/ray_node": [f"{U}/cluster/test_ray_node.py"],
+    # The Ray half: tests/unit/cluster/test_with_real_ray.py runs real Ray, too slow per mutant.
+    "cluster/readiness": [f"{U}/cluster/test_readiness.py"],
+    "cluster/supervisors": [f"{U}/cluster/test_supervisors.py"],
     "data/atomic": [f"{D}/test_atomic.py"],
     "data/command": [f"{D}/test_command.py"],
     "data/errors": [f"{D}/test_command.py"],

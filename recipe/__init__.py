@@ -2,6 +2,20 @@
 
 Nothing heavy is imported here: `plan` must stay fast and must not import torch,
 ray or verl.
+
+The rooms, each importing only rooms above it (tests/unit/test_import_rooms.py checks that
+no module reaches itself):
+
+    hydra_text, errors                    text Hydra reads back literally; the error type
+    settings, device, models, chip        inputs: the environment, the machine, the model, the npu chip
+    cluster.rules, layout, allocator      the rules a plan must satisfy
+    launch, digests, record_file,         the overrides and trainer argv; the run record and its hashes
+      provenance
+    plan                                  everything decided before anything starts
+    export, data, smoke, doctor, replay   the commands' own packages
+    run (preflight, resume_guard,         `run` itself; cluster.ray_node/readiness/supervisors below it
+      trainer)
+    cli                                   the command line: parser, help, dispatch
 """
 
 __version__ = "0.1.0"

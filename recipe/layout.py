@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe.cluster import cluster_problems, ray_auth_problems
+from recipe.cluster.rules import cluster_problems, ray_auth_problems
 from recipe.chip import CHIPS, DEFAULT_CHIP, Chip
 from recipe.device import DEFAULT_DEVICES_PER_NODE, Device
 from recipe.errors import RecipeConfigError

@@ -16,23 +16,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 from recipe import __version__
-from recipe.chip import DEFAULT_CHIP, Chip, assumed_chip
 from recipe.allocator import ALLOC_CONF_VARIABLES, AllocatorDecision, decide_allocator
+from recipe.chip import DEFAULT_CHIP, Chip, assumed_chip
 from recipe.device import DeviceDetection, detect_device
 from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
 from recipe.launch import (
     _RAY_ENV,
     Override,
-    _first_line,
     build_overrides,
     checkpoint_root,
-    check_user_overrides,
-    decided_keys,
-    hydra_override_parser,
-    environment_reads,
-    is_secret_name,
-    merge_user_overrides,
     override_value,
     resume_mode_problem,
     runtime_environment,
@@ -43,6 +36,15 @@ from recipe.models import ModelSource, load_architecture
 from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
 from recipe.settings import Settings
+from recipe.user_overrides import (
+    _first_line,
+    check_user_overrides,
+    decided_keys,
+    environment_reads,
+    hydra_override_parser,
+    is_secret_name,
+    merge_user_overrides,
+)
 
 T = TypeVar("T")
 
@@ -189,7 +191,7 @@ def _assumed_chip(environ: Mapping[str, str]) -> tuple[Chip, str]:
 #: The layout's numbers that decide the math (its `sources` only say where each came from).
 LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "etp", "gen_tp", "nnodes", "ndevices_per_node", "world_size", "dp")
 #: verl 0.9.1's tracker of the newest save, in trainer.default_local_dir (checkpoint_manager.py):
-#: present, verl resumes (the drift guard here and the resume guard of recipe.cli both read it).
+#: present, verl resumes (the drift guard here and the resume guard of recipe.run.resume_guard both read it).
 TRACKER_NAME = "latest_checkpointed_iteration.txt"
 
 

@@ -13,11 +13,19 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import Field, PositiveInt, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PositiveInt,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from recipe.cluster import gcs_address_problem, host_problem
+from recipe.cluster.rules import gcs_address_problem, host_problem
 from recipe.errors import RecipeConfigError
+from recipe.hydra_text import literal_problem
 
 DeviceChoice = Literal["auto", "gpu", "npu"]
 ProfileChoice = Literal["full", "smoke"]
@@ -25,31 +33,7 @@ ProfileChoice = Literal["full", "smoke"]
 #: Shown instead of a secret's value everywhere (plan, logs, errors).
 REDACTED = "**********"
 
-#: OmegaConf's marker of a mandatory value: a string that is exactly this is never a value.
-OMEGACONF_MISSING = "???"
-
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def literal_problem(value: str) -> str | None:
-    """Why `value` cannot reach verl's config as exactly this string (None when it can).
-
-    Every string the recipe passes to verl is quoted for Hydra (launch.hydra_string), so
-    Hydra reads it back exactly. OmegaConf then treats `${...}` as an interpolation (which
-    could read a secret with oc.env) and `???` as a missing value. Escaping `\\${` is no
-    remedy: verl's TaskRunner runs OmegaConf.resolve(config) in place, which drops the escape,
-    and reads the config again, which resolves the interpolation then. So both are refused.
-    """
-    if "${" in value:
-        return (
-            "must be a literal string: `${` starts an OmegaConf interpolation, which verl would resolve "
-            "(and re-resolve after its in-place OmegaConf.resolve)"
-        )
-    if value == OMEGACONF_MISSING:
-        return "must be a literal string: OmegaConf reads `???` as a missing value"
-    if "\x00" in value:
-        return "must not contain a NUL character"
-    return None
 
 
 def path_component_problem(value: str) -> str | None:

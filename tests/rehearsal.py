@@ -8,7 +8,7 @@ What it does, in order:
 2. Asks the recipe's own `plan --json` (PROFILE=smoke, DEVICE=gpu, CHECKPOINT_DIR in the temp
    dir; every other recipe variable of the caller removed) for the trainer's argv and
    environment. Nothing here writes a Hydra override: the argv is the plan's, unchanged.
-3. Starts a Ray head of its own with the recipe's `recipe.cluster.start_head`, on a loopback
+3. Starts a Ray head of its own with the recipe's `recipe.cluster.ray_node.start_head`, on a loopback
    address, every port chosen free (no fixed dashboard, agent or client port), token auth
    off, and one GPU *declared* (`--num-gpus`, no GPU needed), so that verl's resource-pool
    check passes. The trainer joins it through RAY_ADDRESS, as it joins the recipe's own
@@ -400,7 +400,7 @@ def rehearse(
     REHEARSAL_ENV's changes; recipe settings in it are dropped. `checkpoint_dir` (default
     `workdir/ck`) is the plan's CHECKPOINT_DIR, where the smoke assets are built or reused.
     """
-    from recipe import cluster
+    from recipe.cluster import ray_node, readiness
     from recipe.smoke import assets_root, prepare_smoke_assets
 
     expected = [stage.name for stage in STAGES if stage.before_device]
@@ -423,7 +423,7 @@ def rehearse(
     # verl's RLHFDataset goes through `datasets`, which caches the parquet: kept in the work dir.
     env = {**trainer_environment(base, plan["env"]), "HF_DATASETS_CACHE": str(workdir / "hf-datasets")}
     port = _free_port(RAY_HOST)
-    options = cluster.NodeOptions(
+    options = ray_node.NodeOptions(
         num_cpus=RAY_CPUS,
         num_gpus=int(plan["layout"]["ndevices_per_node"]),
         node_ip_address=RAY_HOST,
@@ -441,8 +441,8 @@ def rehearse(
     head_log = workdir / "ray-head.log"
     log_path = workdir / "trainer.log"
     ray_started = time.monotonic()
-    with cluster.start_head(port, options=options, env=env, log_path=str(head_log)) as head:
-        while not cluster.head_reachable(address, timeout_s=1.0):
+    with ray_node.start_head(port, options=options, env=env, log_path=str(head_log)) as head:
+        while not readiness.head_reachable(address, timeout_s=1.0):
             if head.poll() is not None or time.monotonic() - ray_started > 120:
                 return setup_failed(f"ray start --head did not come up (exit code {head.poll()}; see {head_log})")
             time.sleep(0.5)

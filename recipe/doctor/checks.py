@@ -1,5 +1,8 @@
 """Which checks `doctor` runs: in-process ones (user, volumes, labels, driver) and probe steps.
 
+(About 420 lines: the plan of checks and the in-process checks it names stay side by side, so
+that every stable check name below is defined in this one file.)
+
 Check names are stable (the image tests and `--only` use them):
 
     environment  user, writable:CHECKPOINT_DIR, writable:HF_HOME, writable:TMPDIR, shm, labels
@@ -24,6 +27,7 @@ from pathlib import Path
 from recipe.device import DeviceDetection
 from recipe.doctor import facts
 from recipe.doctor.runner import CheckResult, Probe, Status, Step
+from recipe.run.preflight import TRAINER_MODULES, TRAINER_SUPPORT_MODULES
 
 #: Default limit of one check, per category, in seconds (`doctor --timeout` sets them all).
 DEFAULT_TIMEOUTS_S = {"imports": 180.0, "framework": 120.0, "device": 60.0}
@@ -102,11 +106,6 @@ def _modules_of(distribution: str, tops: Mapping[str, list[str]]) -> list[str]:
 
 def import_targets(device: str) -> tuple[list[ImportTarget], list[str]]:
     """What the trainer needs on DEVICE, deduplicated by distribution; and notes for the report."""
-    from recipe.cli import (  # the lists `run` checks
-        TRAINER_MODULES,
-        TRAINER_SUPPORT_MODULES,
-    )
-
     explicit: dict[str, tuple[str, list[str], str]] = {}
     for source, mapping in (
         ("run checks it", TRAINER_MODULES[device]),

@@ -1,5 +1,8 @@
 """What runs inside a doctor probe process: one step after another, each reported as it ends.
 
+(Over 400 lines on purpose: the probe process runs this one file as its script, so every step
+it can take lives here.)
+
 Started by recipe.doctor.runner as `python -c BOOTSTRAP SPEC`, where SPEC is a JSON list of
 steps ({"step", "kind", "args", "timeout_s"}). Each check writes two JSON lines to the
 event stream (the process's original stdout): `start` (name, timeout) before the work and

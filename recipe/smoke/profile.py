@@ -54,8 +54,6 @@ def assets_root(checkpoint_dir: Path) -> Path:
     return Path(checkpoint_dir) / SMOKE_ASSETS_DIRNAME
 
 
-#: verl's file logger writes each step's metrics here (under the experiment's checkpoint directory): the verdict reads it.
-METRICS_FILE = "smoke-metrics.jsonl"
 #: The verdict, beside the metrics, for CI systems.
 VERDICT_FILE = "smoke-verdict.json"
 
@@ -66,7 +64,7 @@ def smoke_overrides() -> list[str]:
     Every key exists in verl's config (no `+`), so appending them after the recipe's
     overrides replaces the recipe's values.
     """
-    from recipe.launch import hydra_value
+    from recipe.hydra_text import hydra_value
     from recipe.smoke import reward
 
     return [

@@ -56,7 +56,7 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 def _resume_problem(e2e: E2ERun, checkpoint_dir: Path) -> str | None:
     """The recipe's resume guard (what `entrypoint.py run` asks before resuming) on `checkpoint_dir`."""
-    from recipe.cli import resume_problem
+    from recipe.run.resume_guard import resume_problem
     from recipe.plan import build_plan
     from recipe.settings import load_settings
 

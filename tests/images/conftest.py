@@ -197,11 +197,11 @@ def lock_pins(device: str) -> dict[str, str]:
 
 #: Run inside an image as `python3 -c TRAINER_IMPORTS DEVICE SKIPPED`: imports every
 #: distribution of verl's verl-core extra (read from the image's own verl metadata), minus
-#: the comma-separated SKIPPED ones, and every module `run` checks for (recipe.cli), then
+#: the comma-separated SKIPPED ones, and every module `run` checks for (recipe.run.preflight), then
 #: prints one line `IMPORT-FAILURES <json>`: {what: why} for each that does not import.
 TRAINER_IMPORTS = r"""
 import importlib, importlib.metadata as m, importlib.util, json, re, sys
-from recipe.cli import TRAINER_MODULES, TRAINER_SUPPORT_MODULES
+from recipe.run.preflight import TRAINER_MODULES, TRAINER_SUPPORT_MODULES
 device, skipped = sys.argv[1], {s for s in sys.argv[2].split(",") if s}
 norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
 core = {norm(re.split(r"[\s<>=!~\[(;]", r, maxsplit=1)[0]) for r in m.requires("verl") or []

@@ -71,15 +71,15 @@ BREAKAGES: tuple[Breakage, ...] = (
     ),
     Breakage(
         "resume-guard-removed",
-        "recipe/cli.py",
+        "recipe/run/trainer.py",
         "        problem = resume_problem(plan)\n",
         "        problem = None\n",
         (f"{RUN_CHECKS}::test_run_refuses_to_resume_from_a_broken_export_and_its_advice_works",),
-        "run resumes from a broken HF export (the guard is gone from _cmd_run)",
+        "run resumes from a broken HF export (the guard is gone from run_command)",
     ),
     Breakage(
         "export-watcher-removed",
-        "recipe/cli.py",
+        "recipe/run/trainer.py",
         "    with _export_watcher(plan):\n",
         "    if True:\n",
         (f"{RUN_CHECKS}::test_run_checks_the_export_of_each_save_and_reports_a_broken_one",),
@@ -87,7 +87,7 @@ BREAKAGES: tuple[Breakage, ...] = (
     ),
     Breakage(
         "trainer-env-ignores-plan",
-        "recipe/cli.py",
+        "recipe/run/trainer.py",
         "    for name, value in plan.env.items():\n",
         "    for name, value in {}.items():\n",
         (f"{RUN}::test_run_gives_the_trainer_the_plans_command_and_environment",),
@@ -137,7 +137,7 @@ BREAKAGES: tuple[Breakage, ...] = (
     ),
     Breakage(
         "smoke-verdict-ignored",
-        "recipe/cli.py",
+        "recipe/run/trainer.py",
         "    return 0 if verdict.passed else EXIT_SMOKE_FAILED\n",
         "    return 0\n",
         (f"{UNIT}/smoke/test_smoke_run.py::test_profile_smoke_whose_export_was_never_trained_exits_4_naming_the_check",),
@@ -186,14 +186,14 @@ BREAKAGES: tuple[Breakage, ...] = (
     ),
     Breakage(
         "join-waits-one-node-short",
-        "recipe/cluster.py",
+        "recipe/cluster/supervisors.py",
         "    wait_for_nodes(role.address, role.nnodes, resource_name, devices_per_node, timeout_s,\n"
         "                   poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)\n"
         "    return run_trainer(",
         "    wait_for_nodes(role.address, role.nnodes - 1, resource_name, devices_per_node, timeout_s,\n"
         "                   poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)\n"
         "    return run_trainer(",
-        (f"{UNIT}/test_cluster.py::test_joining_an_existing_cluster_waits_for_every_node",),
+        (f"{UNIT}/cluster/test_supervisors.py::test_joining_an_existing_cluster_waits_for_every_node",),
         "on a RayJob the trainer starts before the last node joined: verl places its workers on too few devices",
     ),
     Breakage(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from recipe import cluster
+from recipe.cluster import ray_node, readiness, rules
 from tests.support.ports import free_port
 
 HEAD_IP = "127.0.0.2"
@@ -58,7 +58,7 @@ def prepare_ray_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "5")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     # Ray workers import recipe from the same tree as this test process.
-    package_root = str(Path(cluster.__file__).resolve().parents[1])
+    package_root = str(Path(rules.__file__).resolve().parents[2])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     return dict(os.environ)
 
@@ -70,25 +70,25 @@ def ray_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 
 def node_options(tmp: Path, name: str, ip: str, *, head: bool, devices: Mapping[str, float] | None = None,
-                 num_gpus: int | None = None, num_cpus: int = 1) -> cluster.NodeOptions:
+                 num_gpus: int | None = None, num_cpus: int = 1) -> ray_node.NodeOptions:
     """A small node whose every port is free; `devices` stands in for NPUs (a custom resource)."""
     extra = [f"--dashboard-agent-listen-port={free_port(ip)}"]
     if head:
         extra += ["--include-dashboard=false", f"--ray-client-server-port={free_port(ip)}"]
-    return cluster.NodeOptions(
+    return ray_node.NodeOptions(
         num_cpus=num_cpus, num_gpus=num_gpus, resources=dict(devices or {}), node_ip_address=ip,
         temp_dir=str(tmp / name), object_store_memory=80 * 1024 * 1024, extra_args=tuple(extra),
     )
 
 
-def head_role(port: int, nnodes: int = 2) -> cluster.RayRole:
+def head_role(port: int, nnodes: int = 2) -> rules.RayRole:
     """NODE_RANK 0 of `nnodes` at HEAD_IP:port."""
-    return cluster.plan_ray_role(nnodes, 0, HEAD_IP, port, None)
+    return rules.plan_ray_role(nnodes, 0, HEAD_IP, port, None)
 
 
-def worker_role(port: int, nnodes: int = 2, rank: int = 1) -> cluster.RayRole:
+def worker_role(port: int, nnodes: int = 2, rank: int = 1) -> rules.RayRole:
     """NODE_RANK `rank` of `nnodes`, joining HEAD_IP:port."""
-    return cluster.plan_ray_role(nnodes, rank, HEAD_IP, port, None)
+    return rules.plan_ray_role(nnodes, rank, HEAD_IP, port, None)
 
 
 @contextmanager
@@ -102,18 +102,18 @@ def ray_nodes(tmp: Path, logs: Path, env: Mapping[str, str], *, head: Mapping[st
     """
     port = free_port(HEAD_IP)
     address = f"{HEAD_IP}:{port}"
-    nodes: list[cluster.RayNode] = []
+    nodes: list[ray_node.RayNode] = []
     try:
-        nodes.append(cluster.start_head(
+        nodes.append(ray_node.start_head(
             port, options=node_options(tmp, "h", HEAD_IP, head=True, devices=head, num_gpus=head_gpus),
             env=env, log_path=str(logs / "head.log")))
         if with_worker:
-            nodes.append(cluster.start_worker(
+            nodes.append(ray_node.start_worker(
                 address, 1, options=node_options(tmp, "w", WORKER_IP, head=False, devices=worker,
                                                  num_gpus=worker_gpus),
                 env=env, log_path=str(logs / "worker.log")))
         # Every node registered, whatever devices it has: each has its one CPU.
-        cluster.wait_for_nodes(address, len(nodes), "CPU", 1, timeout_s=RAY_TEST_TIMEOUT_S,  # type: ignore[arg-type]
+        readiness.wait_for_nodes(address, len(nodes), "CPU", 1, timeout_s=RAY_TEST_TIMEOUT_S,  # type: ignore[arg-type]
                                poll_interval_s=0.5, head=nodes[0], node_ip_address=HEAD_IP)
         yield address
     finally:

@@ -5,7 +5,7 @@ Two things this machine lacks are supplied, and nothing else is changed:
   detection report TEST_VISIBLE_DEVICES device nodes (the detection itself still runs);
 - the trainer's framework (vLLM, ...): `run` checks its packages are importable; DRIVER
   says they are. The trainer itself is replaced through the product's one test hook,
-  RECIPE_TEST_TRAINER (recipe.cli._run_trainer): STAND_IN below, which records the argv and
+  RECIPE_TEST_TRAINER (recipe.run.trainer._run_trainer): STAND_IN below, which records the argv and
   environment `run` gave it, and then does what the test asks (exit with a code, write a
   verl-layout checkpoint, the metrics verl's file logger writes, wait for a signal).
 """
@@ -26,6 +26,7 @@ DRIVER = textwrap.dedent(
     """
     import dataclasses, os, sys
     from recipe import cli, plan
+    from recipe.run import preflight
 
     detect = plan.detect_device
 
@@ -34,7 +35,7 @@ DRIVER = textwrap.dedent(
         return dataclasses.replace(found, visible_devices=int(os.environ["TEST_VISIBLE_DEVICES"]))
 
     plan.detect_device = detect_with_devices
-    cli._importable = lambda module: True
+    preflight._importable = lambda module: True
     sys.exit(cli.main(sys.argv[1:]))
     """
 )

@@ -57,7 +57,7 @@ def fake_npu_packages(root: Path, device_type: str, soc_version: int) -> Path:
 def test_an_a2_image_on_an_a3_node_names_both_chips_and_the_rebuild(soc: int) -> None:
     line = mismatch("A2", soc, "torch_npu")
     assert line is not None and "\n" not in line
-    assert f"this node's NPUs are a3" in line and "built for 910b" in line and line.endswith(
+    assert "this node's NPUs are a3" in line and "built for 910b" in line and line.endswith(
         "rebuild the image with CANN_CHIP=a3 (docker compose build --build-arg CANN_CHIP=a3 npu)"
     )
 

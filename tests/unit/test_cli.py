@@ -151,7 +151,7 @@ TRAINER_STUB = textwrap.dedent(
 def test_execute_passes_sigterm_to_the_trainer_and_returns_its_code(tmp_path: Path) -> None:
     runner = tmp_path / "runner.py"
     runner.write_text(
-        "import os, sys\nfrom recipe.cli import execute\n"
+        "import os, sys\nfrom recipe.run.trainer import execute\n"
         f"sys.exit(execute([sys.executable, '-c', {TRAINER_STUB!r}], dict(os.environ)))\n"
     )
     proc = subprocess.Popen([sys.executable, str(runner)], stdout=subprocess.PIPE, text=True, cwd=REPO, env=entrypoint_env())
@@ -161,7 +161,7 @@ def test_execute_passes_sigterm_to_the_trainer_and_returns_its_code(tmp_path: Pa
 
 
 def test_execute_reports_a_signal_death_as_128_plus_n() -> None:
-    from recipe.cli import execute
+    from recipe.run.trainer import execute
 
     assert execute([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], dict(os.environ)) == 128 + 9
     assert execute([sys.executable, "-c", "raise SystemExit(7)"], dict(os.environ)) == 7

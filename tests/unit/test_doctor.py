@@ -207,7 +207,7 @@ def test_npu_reports_the_missing_framework_by_name(tmp_path: Path) -> None:
 
 
 def test_import_targets_cover_what_run_checks_and_verl_core() -> None:
-    from recipe.cli import TRAINER_MODULES, TRAINER_SUPPORT_MODULES
+    from recipe.run.preflight import TRAINER_MODULES, TRAINER_SUPPORT_MODULES
 
     for device in ("gpu", "npu"):
         targets, notes = checks.import_targets(device)

@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from recipe.errors import RecipeConfigError
-from recipe.launch import checkpoint_root, is_secret_name
+from recipe.launch import checkpoint_root
 from recipe.plan import build_plan
 from recipe.settings import load_settings
+from recipe.user_overrides import is_secret_name
 from tests.support.needs import TRAINER_EXTRA, needs
 
 from .envtools import clear_settings

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, assume, given, settings as hsettings, strategies as st
 
-from recipe import cluster
+from recipe.cluster import rules
 from recipe.errors import RecipeConfigError
 from recipe.launch import checkpoint_root, hydra_string
 from recipe.models import load_architecture
@@ -205,7 +205,7 @@ def test_a_ray_address_the_recipe_cannot_join_is_refused_at_plan(value: str) -> 
 @pytest.mark.parametrize("value", ["10.0.0.9:6379", "head-svc.ns.svc.cluster.local:6379", "[::1]:6379", "localhost:1", "h:65535"])
 def test_a_gcs_address_passes(value: str) -> None:
     settings = settings_of(RAY_ADDRESS=value)
-    role = cluster.plan_ray_role(settings.nnodes, settings.node_rank, settings.master_addr, settings.ray_port, settings.ray_address)
+    role = rules.plan_ray_role(settings.nnodes, settings.node_rank, settings.master_addr, settings.ray_port, settings.ray_address)
     assert role.kind == "join-existing" and role.address == value
 
 
@@ -218,8 +218,8 @@ def test_a_master_addr_that_is_not_a_host_is_refused(value: str) -> None:
 @pytest.mark.parametrize("value", ["10.0.0.1", "head.local", "node-1", "fe80::1", "[fe80::1]", "a" * 63])
 def test_a_master_addr_host_passes_and_workers_get_a_joinable_address(value: str) -> None:
     settings = settings_of(NNODES=2, NODE_RANK=1, MASTER_ADDR=value)
-    role = cluster.plan_ray_role(settings.nnodes, settings.node_rank, settings.master_addr, settings.ray_port, settings.ray_address)
-    host, port = cluster.split_address(role.address)
+    role = rules.plan_ray_role(settings.nnodes, settings.node_rank, settings.master_addr, settings.ray_port, settings.ray_address)
+    host, port = rules.split_address(role.address)
     assert port == 6379 and host == value.strip("[]")
 
 
@@ -232,14 +232,14 @@ _address = st.one_of(
 @hsettings(max_examples=300, deadline=None)
 @given(value=_address)
 def test_an_accepted_ray_address_never_fails_the_bootstrap_with_exit_3(value: str) -> None:
-    """plan's verdict on RAY_ADDRESS agrees with what run's Ray bootstrap needs (recipe/cluster.py)."""
+    """plan's verdict on RAY_ADDRESS agrees with what run's Ray bootstrap needs (recipe/cluster/rules.py)."""
     assume(value.strip())
     try:
         settings = settings_of(RAY_ADDRESS=value)
     except Exception:
         return
-    role = cluster.plan_ray_role(1, 0, None, 6379, settings.ray_address)  # raises ClusterError (exit 3) if not
-    host, port = cluster.split_address(role.address)
+    role = rules.plan_ray_role(1, 0, None, 6379, settings.ray_address)  # raises ClusterError (exit 3) if not
+    host, port = rules.split_address(role.address)
     assert host and 1 <= port <= 65535
 
 

@@ -6,9 +6,15 @@ import pytest
 
 from recipe.allocator import decide_allocator
 from recipe.errors import RecipeConfigError
-from recipe.launch import build_overrides, hydra_value, merge_user_overrides, runtime_environment, trainer_argv
+from recipe.launch import (
+    build_overrides,
+    hydra_value,
+    runtime_environment,
+    trainer_argv,
+)
 from recipe.layout import resolve_layout
 from recipe.models import QWEN3_5_35B_A3B
+from recipe.user_overrides import merge_user_overrides
 
 from .envtools import settings_of
 

@@ -4,8 +4,8 @@ A lock that misses one builds fine and dies at the first `docker compose up`: ve
 v1 TaskRunner imports transfer_queue before anything else, and TransferQueue sits only in
 verl's verl-core extra. So the lock is checked against three sources of truth:
 - verl's own declared verl-core requirements (the installed verl's metadata);
-- the packages `run` checks for (recipe.cli);
-- the modules the trainer's start path imports, which nothing declares (recipe.cli too).
+- the packages `run` checks for (recipe.run.preflight);
+- the modules the trainer's start path imports, which nothing declares (recipe.run.preflight too).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from recipe.cli import TRAINER_MODULES, TRAINER_SUPPORT_MODULES
+from recipe.run.preflight import TRAINER_MODULES, TRAINER_SUPPORT_MODULES
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
 DEVICES = ("gpu", "npu")

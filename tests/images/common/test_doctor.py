@@ -144,5 +144,5 @@ def test_stand_in_reports_the_missing_framework_by_name(image: Image) -> None:
     result = run_doctor(image)
     assert result.returncode == 1
     missing = result.document["summary"]["missing"]
-    # The stand-in has no verl, so the names come from what `run` checks (recipe.cli).
+    # The stand-in has no verl, so the names come from what `run` checks (recipe.run.preflight).
     assert {"torch", "megatron-core", "verl"} <= {name.lower() for name in missing}, missing

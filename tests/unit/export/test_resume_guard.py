@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from recipe.cli import resume_problem
+from recipe.run.resume_guard import resume_problem
 from recipe.plan import build_plan
 from recipe.settings import Settings
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from recipe.cli import ResumeCheckError, resume_problem, tracked_step_dir
+from recipe.run.resume_guard import ResumeCheckError, resume_problem, tracked_step_dir
 from recipe.errors import RecipeConfigError
 from recipe.plan import build_plan
 from recipe.settings import Settings

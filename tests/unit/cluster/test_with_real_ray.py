@@ -29,15 +29,22 @@ needs("ray", install=f"{TEST_EXTRA} (it pins ray==2.60.0)")
 
 import pytest  # noqa: E402
 
-from recipe import cluster  # noqa: E402
+from recipe.cluster import readiness, rules, supervisors  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
-
-from .raytools import HEAD_IP, RAY_TEST_TIMEOUT_S, WORKER_IP, head_role, node_options, ray_nodes, worker_role  # noqa: E402
+from tests.unit.raytools import (  # noqa: E402
+    HEAD_IP,
+    RAY_TEST_TIMEOUT_S,
+    WORKER_IP,
+    head_role,
+    node_options,
+    ray_nodes,
+    worker_role,
+)
 
 
 def test_wait_succeeds_when_the_worker_joins(tmp_path: Path, short_tmp: Path, ray_env: dict[str, str]) -> None:
     with ray_nodes(short_tmp, tmp_path, ray_env, head={"NPU": 2}, worker={"NPU": 2}) as address:
-        ready = cluster.wait_for_nodes(address, 2, "NPU", 2, timeout_s=RAY_TEST_TIMEOUT_S,
+        ready = readiness.wait_for_nodes(address, 2, "NPU", 2, timeout_s=RAY_TEST_TIMEOUT_S,
                                        poll_interval_s=0.5, node_ip_address=HEAD_IP)
     assert sorted(n.node_rank for n in ready) == [0, 1]  # type: ignore[type-var]
     assert sorted(n.address for n in ready) == [HEAD_IP, WORKER_IP]
@@ -47,8 +54,8 @@ def test_wait_succeeds_when_the_worker_joins(tmp_path: Path, short_tmp: Path, ra
 def test_wait_fails_naming_the_missing_rank(tmp_path: Path, short_tmp: Path, ray_env: dict[str, str]) -> None:
     with ray_nodes(short_tmp, tmp_path, ray_env, head={"NPU": 2}, with_worker=False) as address:
         started = time.monotonic()
-        with pytest.raises(cluster.ClusterError) as caught:
-            cluster.wait_for_nodes(address, 3, "NPU", 2, timeout_s=2, poll_interval_s=0.5,
+        with pytest.raises(rules.ClusterError) as caught:
+            readiness.wait_for_nodes(address, 3, "NPU", 2, timeout_s=2, poll_interval_s=0.5,
                                    node_ip_address=HEAD_IP)
         waited = time.monotonic() - started
     problems = caught.value.problems
@@ -60,8 +67,8 @@ def test_wait_fails_naming_the_missing_rank(tmp_path: Path, short_tmp: Path, ray
 def test_wait_names_a_node_short_of_devices(tmp_path: Path, short_tmp: Path, ray_env: dict[str, str]) -> None:
     """A node that joined without its GPUs is named, with what it has."""
     with ray_nodes(short_tmp, tmp_path, ray_env, head_gpus=4, worker_gpus=0) as address:
-        with pytest.raises(cluster.ClusterError) as caught:
-            cluster.wait_for_nodes(address, 2, "GPU", 4, timeout_s=2, poll_interval_s=0.5,
+        with pytest.raises(rules.ClusterError) as caught:
+            readiness.wait_for_nodes(address, 2, "GPU", 4, timeout_s=2, poll_interval_s=0.5,
                                    node_ip_address=HEAD_IP)
     assert any(p.startswith(f"NODE_RANK=1 ({WORKER_IP}") and "has 0 GPU, NDEVICES_PER_NODE=4"
                in p for p in caught.value.problems), caught.value.problems
@@ -89,7 +96,7 @@ def test_run_head_and_worker_end_to_end(tmp_path: Path, short_tmp: Path, ray_env
     def worker_main() -> None:
         worker_started.set()
         try:
-            worker_result["code"] = cluster.run_worker(
+            worker_result["code"] = supervisors.run_worker(
                 worker_role(port), join_timeout_s=RAY_TEST_TIMEOUT_S, rejoin_grace_s=4, probe_interval_s=0.5,
                 options=node_options(short_tmp, "w", WORKER_IP, head=False, devices={"NPU": 2}),
                 env=ray_env, log_path=str(tmp_path / "worker.log"))
@@ -101,7 +108,7 @@ def test_run_head_and_worker_end_to_end(tmp_path: Path, short_tmp: Path, ray_env
     thread.start()
     worker_started.wait()
     seen = tmp_path / "seen.txt"
-    code = cluster.run_head(
+    code = supervisors.run_head(
         head_role(port), [sys.executable, "-c", _TRAINER, str(seen), "3"],
         resource_name="NPU", devices_per_node=2, timeout_s=RAY_TEST_TIMEOUT_S, poll_interval_s=0.5,
         options=node_options(short_tmp, "h", HEAD_IP, head=True, devices={"NPU": 2}),
@@ -120,8 +127,8 @@ def test_run_head_never_runs_the_trainer_without_its_nodes(
         tmp_path: Path, short_tmp: Path, ray_env: dict[str, str]) -> None:
     port = free_port(HEAD_IP)
     marker = tmp_path / "trainer-ran"
-    with pytest.raises(cluster.ClusterError, match="NODE_RANK=1: never joined"):
-        cluster.run_head(
+    with pytest.raises(rules.ClusterError, match="NODE_RANK=1: never joined"):
+        supervisors.run_head(
             head_role(port), [sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
             resource_name="NPU", devices_per_node=2, poll_interval_s=0.5,
             # However slow the head is to start, the nodes then get 2 s: too short for none.
@@ -130,23 +137,23 @@ def test_run_head_never_runs_the_trainer_without_its_nodes(
             env=ray_env, log_path=str(tmp_path / "head.log"))
     assert not marker.exists()
     # The head was stopped on the way out: its port no longer answers.
-    assert not cluster.head_reachable(f"{HEAD_IP}:{port}", timeout_s=1)
+    assert not readiness.head_reachable(f"{HEAD_IP}:{port}", timeout_s=1)
 
 
 def test_worker_gives_up_when_no_head_answers(ray_env: dict[str, str]) -> None:
     role = worker_role(free_port(HEAD_IP))
-    with pytest.raises(cluster.ClusterError, match=r"no Ray head answered within 2s \(NODE_RANK=1\)"):
-        cluster.run_worker(role, join_timeout_s=2, rejoin_grace_s=1, probe_interval_s=0.2, env=ray_env)
+    with pytest.raises(rules.ClusterError, match=r"no Ray head answered within 2s \(NODE_RANK=1\)"):
+        supervisors.run_worker(role, join_timeout_s=2, rejoin_grace_s=1, probe_interval_s=0.2, env=ray_env)
 
 
 _HEAD_MAIN = textwrap.dedent(
     """
     import json, sys
-    from recipe import cluster
+    from recipe.cluster import ray_node, readiness, rules, supervisors
     spec = json.loads(sys.argv[1])
-    role = cluster.RayRole("head", spec["address"], 0, 1, "one-node cluster for the test")
-    options = cluster.NodeOptions(**spec["options"])
-    sys.exit(cluster.run_head(role, spec["trainer"], resource_name="NPU", devices_per_node=2,
+    role = rules.RayRole("head", spec["address"], 0, 1, "one-node cluster for the test")
+    options = ray_node.NodeOptions(**spec["options"])
+    sys.exit(supervisors.run_head(role, spec["trainer"], resource_name="NPU", devices_per_node=2,
                               timeout_s=spec["timeout"], poll_interval_s=0.5, options=options,
                               log_path=spec["log"]))
     """
@@ -183,5 +190,5 @@ def test_sigterm_stops_trainer_and_head(tmp_path: Path, short_tmp: Path,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert code == 128 + signal.SIGTERM
-    assert not cluster.head_reachable(f"{HEAD_IP}:{port}", timeout_s=1)
+    assert not readiness.head_reachable(f"{HEAD_IP}:{port}", timeout_s=1)
     assert not Path(f"/proc/{trainer_pid.read_text()}").exists(), "the trainer outlived run_head"

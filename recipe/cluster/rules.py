@@ -1,0 +1,212 @@
+"""The rules `plan` checks before any Ray process exists: hosts, the GCS address, Ray auth, each node's role.
+
+Pure functions of the settings' values; nothing here starts, connects to or imports Ray.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+
+RoleKind = Literal["single", "head", "worker", "join-existing"]
+ResourceName = Literal["GPU", "NPU"]
+
+#: Node label that carries NODE_RANK, so a failed wait can name the ranks missing.
+NODE_RANK_LABEL = "grpo-recipe/node-rank"
+
+
+class ClusterError(RuntimeError):
+    """The Ray cluster could not be formed or joined.
+
+    ``problems`` holds one line per problem, in the house form
+    ``NAME=value: rule``, so the CLI can print them like config errors.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems: list[str] = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class RayRole:
+    """What this node does with Ray, decided from the environment once."""
+
+    kind: RoleKind
+    #: GCS address ``host:port``: the one the head serves and workers join
+    #: (MASTER_ADDR:RAY_PORT), or RAY_ADDRESS for ``join-existing``; None for ``single``.
+    address: str | None
+    node_rank: int
+    nnodes: int
+    reason: str
+
+    @property
+    def starts_ray(self) -> bool:
+        """True when this node starts a Ray process of its own (head or worker)."""
+        return self.kind in ("head", "worker")
+
+    @property
+    def runs_trainer(self) -> bool:
+        """True when the trainer runs on this node (every role but ``worker``)."""
+        return self.kind != "worker"
+
+
+#: One label of a host name (RFC 1123): letters, digits and hyphens, 1 to 63, no hyphen at either end.
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` is not an IP address or an RFC 1123 host name (None when it is one).
+
+    An IPv6 address may come in brackets. A port does not belong here (RAY_PORT has it).
+    """
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(bare)
+        return None
+    except ValueError:
+        pass
+    if bare != host:
+        return "must be an IPv6 address inside the brackets"
+    if re.fullmatch(r"[^:]+:\d*", host):
+        return "must be a host name or IP address without a port (the port is RAY_PORT)"
+    name = host[:-1] if host.endswith(".") else host
+    labels = name.split(".")
+    if len(name) > 253 or not all(_LABEL.match(label) for label in labels):
+        return ("must be an IP address or a host name (RFC 1123: dot-separated labels of 1-63 letters, "
+                "digits or hyphens, not starting or ending with a hyphen)")
+    if labels[-1].isdigit():
+        return "must be a valid IPv4 address (a host name cannot end in an all-numeric label)"
+    return None
+
+
+def gcs_address_problem(address: str) -> str | None:
+    """Why `address` is not a Ray GCS address this module can join (None when it is).
+
+    The join-existing path probes the head over TCP and counts its nodes before the
+    trainer starts (split_address, head_reachable, wait_for_nodes), so it needs an
+    explicit ``host:port``. Ray's own ``auto`` (look for a cluster started on this
+    machine) and ``ray://`` (Ray Client) name nothing to probe; KubeRay sets host:port.
+    """
+    if "://" in address:
+        return ("must be a GCS address host:port (a dashboard http:// or a Ray Client ray:// address "
+                "is not one the trainer can join)")
+    if address == "auto":
+        return ("must be a GCS address host:port: `auto` names no head the recipe can probe and count "
+                "nodes on (KubeRay sets host:port)")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host:
+        return "must be a GCS address host:port"
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        return "must be a GCS address host:port with a TCP port in [1, 65535]"
+    if ":" in host and not host.startswith("["):
+        return "must be a GCS address host:port, with an IPv6 host in brackets ([::1]:6379)"
+    problem = host_problem(host)
+    return None if problem is None else f"must be a GCS address host:port; its host {problem}"
+
+
+def cluster_problems(
+    nnodes: int,
+    node_rank: int,
+    master_addr: str | None,
+    ray_port: int,
+    ray_address_env: str | None = None,
+) -> list[str]:
+    """Every problem with the cluster variables, one line each (empty when fine).
+
+    Pure; meant for the settings validator so these join the other config errors.
+    """
+    problems: list[str] = []
+    if nnodes < 1:
+        problems.append(f"NNODES={nnodes}: must be at least 1")
+    if node_rank < 0 or (nnodes >= 1 and node_rank >= nnodes):
+        problems.append(f"NODE_RANK={node_rank}: must be in [0, NNODES={nnodes})")
+    if not 1 <= ray_port <= 65535:
+        problems.append(f"RAY_PORT={ray_port}: must be a TCP port in [1, 65535]")
+    if master_addr and host_problem(master_addr):
+        problems.append(f"MASTER_ADDR={master_addr}: {host_problem(master_addr)}")
+    if ray_address_env:
+        if "://" in ray_address_env:
+            problems.append(
+                f"RAY_ADDRESS={ray_address_env}: must be a GCS address host:port "
+                "(a dashboard http:// address is for `ray job submit`, not for the trainer)"
+            )
+        elif gcs_address_problem(ray_address_env):
+            problems.append(f"RAY_ADDRESS={ray_address_env}: {gcs_address_problem(ray_address_env)}")
+    elif nnodes > 1 and not master_addr:
+        # Rank 0 too: its head advertises this address, and a head that guessed its own
+        # (the host name) could not be joined by workers that were never told it.
+        problems.append(
+            f"MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES={nnodes} and NODE_RANK={node_rank}"
+            " (or RAY_ADDRESS a running cluster)"
+        )
+    return problems
+
+
+def ray_auth_problems(
+    nnodes: int, ray_address_env: str | None, ray_auth_mode: str | None, ray_auth_token_set: bool
+) -> list[str]:
+    """Problems with Ray's authentication for the cluster this node would form (empty when fine).
+
+    Ray on the host network runs any job from anyone who reaches its ports. A cluster this
+    recipe starts across machines (not KubeRay's, which makes its own token: RAY_ADDRESS set)
+    therefore needs Ray's token authentication unless the user turned it off by name. Only
+    whether the token is set reaches this function, never its value.
+    """
+    if ray_address_env:
+        return []
+    problems = []
+    if nnodes > 1 and ray_auth_mode is None:
+        problems.append(
+            f"RAY_AUTH_MODE=: must be token when NNODES={nnodes} starts Ray across machines, with the same "
+            "RAY_AUTH_TOKEN on every node (e.g. `openssl rand -hex 32`); RAY_AUTH_MODE=disabled only on an "
+            "isolated network"
+        )
+    if ray_auth_mode == "token" and not ray_auth_token_set:
+        problems.append("RAY_AUTH_TOKEN=: must be set (the same on every node) when RAY_AUTH_MODE=token")
+    return problems
+
+
+def plan_ray_role(
+    nnodes: int,
+    node_rank: int,
+    master_addr: str | None,
+    ray_port: int,
+    ray_address_env: str | None,
+) -> RayRole:
+    """Decide this node's Ray role; raise ClusterError listing every bad variable.
+
+    RAY_ADDRESS wins over NNODES/NODE_RANK: under KubeRay the cluster exists already.
+    """
+    problems = cluster_problems(nnodes, node_rank, master_addr, ray_port, ray_address_env)
+    if problems:
+        raise ClusterError(problems)
+    if ray_address_env:
+        return RayRole("join-existing", ray_address_env, node_rank, nnodes,
+                       f"RAY_ADDRESS={ray_address_env} is set: join that cluster")
+    if nnodes == 1:
+        return RayRole("single", None, 0, 1, "NNODES=1: the trainer starts its own local Ray")
+    if not master_addr:  # cluster_problems refused it above; kept for the type checker
+        raise ClusterError([f"MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES={nnodes}"])
+    head_host = master_addr
+    if ":" in head_host and not head_host.startswith("["):
+        head_host = f"[{head_host}]"  # an IPv6 address: host:port would be ambiguous
+    address = f"{head_host}:{ray_port}"
+    if node_rank == 0:
+        return RayRole("head", address, 0, nnodes,
+                       f"NNODES={nnodes}, NODE_RANK=0: start the Ray head on port {ray_port}")
+    return RayRole("worker", address, node_rank, nnodes,
+                   f"NNODES={nnodes}, NODE_RANK={node_rank}: join the head at {address}")
+
+
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port); brackets around an IPv6 host are removed."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ClusterError([f"address {address!r}: must be host:port"])
+    return host.strip("[]"), int(port)

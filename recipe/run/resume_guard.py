@@ -1,0 +1,150 @@
+"""The resume guard: what verl would resume from, and whether its Hugging Face export can be trusted."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from recipe.digests import FileRefused, open_regular, read_bounded
+from recipe.export.watch import MANIFEST, REPORT_NAME
+from recipe.launch import (
+    checkpoint_root,
+    resume_mode_problem,
+)
+from recipe.plan import TRACKER_NAME, Plan
+
+logger = logging.getLogger("recipe")
+
+
+#: Where verl 0.9.1's Megatron checkpoint manager loads the HF weights of a step from
+#: (get_hf_model_checkpoint_path: <step>/actor/model/huggingface; the pre-v2 layout it refuses).
+RESUMED_HF_DIR = "actor/model/huggingface"
+
+
+#: A tracker larger than this holds no step number the guard will read.
+MAX_TRACKER_BYTES = 1 << 20
+
+
+#: Every refusal of the guard ends with these ways out.
+RESUME_WAY_OUT = (
+    "resume from a step you checked with `-- trainer.resume_mode=resume_path trainer.resume_from_path=<its "
+    "global_step_N dir>`, start afresh with `-- trainer.resume_mode=disable`, or move that step away"
+)
+
+
+class ResumeCheckError(Exception):
+    """The guard cannot tell what verl would resume from: it refuses."""
+
+
+def tracked_step_dir(root: Path) -> tuple[Path, int] | None:
+    """The step directory verl 0.9.1's `find_latest_ckpt_path(root)` returns, and its step; None where verl trains afresh.
+
+    Mirrors verl (verl/utils/checkpoint/checkpoint_manager.py): no tracker -> None; else
+    `int(open(tracker, "rb").read().decode())` (so `040`, ` 40\n`, `4_0` and `+40` all mean 40)
+    and `os.path.join(root, f"global_step_{n}")`, None when that path does not exist. Where
+    verl would raise (undecodable or non-integer text, a directory) or hang (a FIFO: verl's open
+    waits for a writer), this raises ResumeCheckError; it never opens anything in a blocking way.
+    """
+    tracker = os.path.join(root, TRACKER_NAME)
+    if not os.path.exists(tracker):
+        return None
+    try:
+        fd, _ = open_regular(Path(tracker), MAX_TRACKER_BYTES)
+    except FileRefused as error:
+        raise ResumeCheckError(f"{error}: not a step number (verl would fail or wait forever on it)") from None
+    except OSError as error:
+        raise ResumeCheckError(f"{tracker} cannot be opened ({error.strerror})") from None
+    try:
+        data = read_bounded(fd, MAX_TRACKER_BYTES)
+    except (OSError, FileRefused) as error:
+        raise ResumeCheckError(f"{tracker} cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    finally:
+        os.close(fd)
+    try:
+        iteration = int(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        raise ResumeCheckError(
+            f"{tracker} holds {data[:40]!r}, which verl reads with int(f.read().decode()) and would fail on"
+        ) from None
+    step_dir = os.path.join(root, f"global_step_{iteration}")
+    if not os.path.exists(step_dir):
+        return None  # verl: "Checkpoint does not exist", training from scratch
+    return Path(step_dir), iteration
+
+
+def _resume_mode(plan: Plan) -> tuple[str | None, str | None]:
+    """(mode, None) for the trainer.resume_mode verl will read, or (None, problem) when it cannot be told."""
+    from recipe.plan import compose_verl_config, verl_config_dir
+
+    config_dir = verl_config_dir()
+    if config_dir is None:
+        return None, "trainer.resume_mode: cannot be read without verl's trainer config (verl is not installed)"
+    try:
+        from omegaconf import OmegaConf
+
+        trainer = compose_verl_config(plan.overrides, config_dir).get("trainer")
+        mode = OmegaConf.to_container(trainer, resolve=False).get("resume_mode") if trainer is not None else None
+        interpolated = trainer is not None and "resume_mode" in trainer and OmegaConf.is_interpolation(
+            trainer, "resume_mode"
+        )
+    except Exception as error:  # the plan composed; anything else means the guard cannot read it
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        return None, f"trainer.resume_mode: cannot be read from verl's composed config ({first[:300]})"
+    problem = resume_mode_problem(mode, interpolated)
+    return (None, problem) if problem else (mode, None)
+
+
+def resume_problem(plan: Plan) -> str | None:
+    """Refuse to resume from a checkpoint the guard cannot vouch for; None when resuming is safe (or not asked).
+
+    With verl's defaults (no Megatron dist checkpoint) the HF export of a save is the
+    only copy of the model weights, and `trainer.resume_mode=auto` reloads it: training
+    on from an export that lost tensors would silently continue from a damaged model.
+    Mirrors how verl 0.9.1 picks the step (tracked_step_dir) and refuses whatever it
+    cannot check: an unreadable tracker, a save without its manifest, an HF export that is
+    missing, cannot be checked or is broken, a resume mode it cannot read. Writes nothing.
+    `resume_mode=resume_path` (a step the user chose) and `disable` pass.
+    """
+    mode, problem = _resume_mode(plan)
+    if problem:
+        return f"{problem}; {RESUME_WAY_OUT}"
+    if mode != "auto":
+        return None  # the user chose where to resume from (or not to), after `--`
+    where = f"CHECKPOINT_DIR={str(plan.settings.checkpoint_dir)!r}"
+    try:
+        tracked = tracked_step_dir(checkpoint_root(plan.settings))
+    except ResumeCheckError as error:
+        return f"{where}: cannot tell which checkpoint verl would resume from: {error}; {RESUME_WAY_OUT}"
+    if tracked is None:
+        return None
+    step_dir, step = tracked
+    if not (step_dir / MANIFEST).is_file():
+        return (
+            f"{where}: the checkpoint resume would load (step {step}) is incomplete: {step_dir / MANIFEST}, "
+            f"which verl writes last, is missing; {RESUME_WAY_OUT}"
+        )
+    export = step_dir / RESUMED_HF_DIR
+    if not export.is_dir():
+        return (
+            f"{where}: the checkpoint resume would load (step {step}) has no HF export at {export} (the weights "
+            f"verl reloads), so it cannot be checked; {RESUME_WAY_OUT}"
+        )
+    try:
+        from recipe.export.hf_check import verify_export
+
+        report = verify_export(export, reference=None)
+    except Exception as error:  # ExportCheckError, or anything hostile files make the checker raise
+        return (
+            f"{where}: the HF export of the checkpoint resume would load (step {step}) cannot be checked "
+            f"({str(error)[:300]}); {RESUME_WAY_OUT}"
+        )
+    if report.status != "broken":
+        return None
+    lost = ", ".join((report.missing + report.critical + report.errors)[:5]) or "see its report"
+    saved_report = export.parent / REPORT_NAME
+    see = f"; see {saved_report}" if saved_report.is_file() else ""
+    return (
+        f"{where}: the checkpoint resume would load (step {step}) has a broken HF export ({lost}){see}. "
+        f"Do not train on from it: {RESUME_WAY_OUT}"
+    )

@@ -1,0 +1,207 @@
+"""`run` itself: the preflight and guards, then the trainer supervised (signals passed on), the export watcher, the smoke verdict.
+
+Tests only: RECIPE_TEST_TRAINER (TEST_TRAINER_VARIABLE) names a command that `run` starts
+instead of the trainer's Python, with the trainer's whole argv appended and the trainer's
+environment, so that `run` executes end to end on a machine without the framework.
+It is read in one place, `_run_trainer`; everything before it (checks, resume guard,
+smoke assets, Ray bootstrap, export watcher, signal passing) is the real code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from recipe.chip import chip_problem
+from recipe.cluster import rules, supervisors
+from recipe.errors import RecipeConfigError
+from recipe.export.report import printable
+from recipe.export.watch import watch_exports
+from recipe.launch import (
+    METRICS_VARIABLE,
+    checkpoint_root,
+    override_value,
+)
+from recipe.plan import Plan
+from recipe.record_file import copy_into_new_steps, record_bytes, write_record
+from recipe.run.preflight import _smoke_assets_root, run_problems
+from recipe.run.resume_guard import resume_problem
+
+logger = logging.getLogger("recipe")
+
+
+#: PROFILE=smoke: the trainer finished, but the verdict (recipe.smoke.verdict) failed a check.
+EXIT_SMOKE_FAILED = 4
+
+
+#: Tests only (see the module docstring): a command run in place of the trainer's Python.
+TEST_TRAINER_VARIABLE = "RECIPE_TEST_TRAINER"
+
+
+def _trainer_environment(plan: Plan) -> dict[str, str]:
+    env = dict(os.environ)
+    for name, value in plan.env.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def execute(argv: Sequence[str], env: dict[str, str]) -> int:
+    """Run the trainer; SIGTERM/SIGINT are passed on to it and its exit code becomes ours."""
+    child = subprocess.Popen(list(argv), env=env, start_new_session=True)
+
+    def forward(signum: int, _frame: object) -> None:
+        child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    # A child killed by a signal reports -N; shells and Kubernetes expect 128+N.
+    return 128 - code if code < 0 else code
+
+
+def _prepare_smoke(root: Path) -> None:
+    """PROFILE=smoke: build (or reuse) the tiny model and data the plan points at, offline.
+
+    torch, transformers and pyarrow come with verl, which run_problems has found installed.
+    """
+    from recipe.smoke import prepare_smoke_assets
+
+    print(f"Preparing the smoke model and data in {root}", flush=True)
+    prepare_smoke_assets(root)
+
+
+@contextmanager
+def _export_watcher(plan: Plan) -> Iterator[None]:
+    """Check each HF export as soon as verl finishes that save; loud (ERROR) when broken.
+
+    The run record goes in first, and into each step saved from now on, so that any
+    checkpoint says what made it.
+    """
+    root = checkpoint_root(plan.settings)
+    existing = {step.name for step in root.glob("global_step_*")}
+    record = record_bytes(plan.provenance)
+    try:
+        write_record(root, record)
+    except OSError as error:  # a full disk, a root that is a file: nothing has started yet
+        raise RecipeConfigError(
+            [f"CHECKPOINT_DIR={str(plan.settings.checkpoint_dir)!r}: cannot write the run record into "
+             f"{printable(str(root))} ({error.strerror or type(error).__name__}); nothing was started"]
+        ) from None
+
+    def on_report(export: Any, report: Any) -> None:
+        copy_into_new_steps(root, existing, record)
+
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=watch_exports,
+        args=(root, stop),
+        kwargs={"reference": plan.settings.model_path, "on_report": on_report},
+        name="hf-export-check",
+        daemon=True,
+    )
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()  # one last sweep: the final save lands right before the trainer exits
+        watcher.join(timeout=600)
+        copy_into_new_steps(root, existing, record)  # also steps saved without an HF export
+
+
+def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
+    print("Executing: " + shlex.join(argv), flush=True)
+    stand_in = os.environ.get(TEST_TRAINER_VARIABLE)
+    if stand_in:
+        logger.warning("%s is set: running %s instead of the trainer (tests only)", TEST_TRAINER_VARIABLE, stand_in)
+        argv = [*shlex.split(stand_in), *argv]
+    return execute(argv, env)
+
+
+def run_command(plan: Plan) -> int:
+    """`run`: check the machine, then train (or join as a worker); the exit code."""
+    settings = plan.settings
+    problems = run_problems(plan)
+    if not problems and plan.device.name == "npu":
+        # vllm-ascend would refuse the node's NPUs only once the model is loaded (recipe.chip).
+        mismatch = chip_problem()
+        if mismatch:
+            problems.append(mismatch)
+    role = rules.plan_ray_role(
+        settings.nnodes, settings.node_rank, settings.master_addr, settings.ray_port, settings.ray_address
+    )
+    # The smoke profile never resumes (resume_mode=disable), so an old smoke export cannot block it.
+    if not problems and role.runs_trainer and settings.profile != "smoke":
+        # Only once the machine is fit: the check imports torch and transformers.
+        problem = resume_problem(plan)
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise RecipeConfigError(problems)
+    try:
+        settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RecipeConfigError(
+            [f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: cannot be created ({error.strerror or type(error).__name__})"]
+        ) from None
+    smoke_root = _smoke_assets_root(settings)
+    if smoke_root is not None:
+        _prepare_smoke(smoke_root)
+    # The raylet of every node inherits this environment, so Ray workers see it too.
+    env = _trainer_environment(plan)
+    logger.info("Ray: %s", role.reason)
+    if role.kind == "worker":
+        return supervisors.run_worker(
+            role, join_timeout_s=settings.ray_wait_timeout, rejoin_grace_s=settings.ray_wait_timeout, env=env
+        )
+    with _export_watcher(plan):
+        if role.kind == "single":
+            code = _run_trainer(plan.argv, env)
+        else:
+            start = supervisors.run_head if role.kind == "head" else supervisors.run_joined
+            code = start(
+                role,
+                plan.argv,
+                resource_name="GPU" if plan.device.name == "gpu" else "NPU",
+                devices_per_node=plan.layout.ndevices_per_node,
+                timeout_s=settings.ray_wait_timeout,
+                env=env,
+                run_trainer=_run_trainer,
+            )
+    # After the watcher's last sweep: the verdict reads its report of the final save.
+    return _judge_smoke(plan, code) if settings.profile == "smoke" else code
+
+
+def _judge_smoke(plan: Plan, code: int) -> int:
+    """PROFILE=smoke: print the verdict block and write it beside the checkpoints; EXIT_SMOKE_FAILED on FAIL."""
+    from recipe.smoke.profile import VERDICT_FILE
+    from recipe.smoke.verdict import smoke_verdict
+
+    if code != 0:
+        print(f"smoke: FAIL (the trainer exited {code}; no verdict on an unfinished run)", flush=True)
+        return code
+    steps = int(override_value(plan.overrides, "trainer.total_training_steps") or 0)
+    model = Path(override_value(plan.overrides, "actor_rollout_ref.model.path") or plan.settings.model_path)
+    root = checkpoint_root(plan.settings)
+    verdict = smoke_verdict(Path(str(plan.env[METRICS_VARIABLE])), steps, root, model)
+    print(verdict.to_text(), flush=True)
+    target = root / VERDICT_FILE
+    try:
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_text(verdict.to_json() + "\n", encoding="utf-8")
+        partial.replace(target)  # a CI job reading it never sees half a file
+    except OSError as error:
+        logger.warning("cannot write %s: %s", target, error)
+    return 0 if verdict.passed else EXIT_SMOKE_FAILED

@@ -1,0 +1,264 @@
+"""The user's overrides after `--`: read with Hydra's own parser and refused where they would undo a decision.
+
+Refused: what Hydra rejects; a key a recipe setting decides, or a parent of one; a literal secret;
+an interpolation that reads a secret from the environment. What passes is merged over the
+recipe's own overrides (recipe.launch), each replacing the recipe's value for its key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from recipe.allocator import ALLOC_CONF_VARIABLES, RUNTIME_SWITCH_VARIABLE
+from recipe.errors import RecipeConfigError
+from recipe.launch import _RAY_ENV, ALLOCATOR_POLICY, Override, _override_key
+
+#: Secrets the recipe knows by name; any other variable whose name looks like one counts too.
+SECRET_VARIABLES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN"})
+_SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|(^|_)(KEYS?|AUTH|COOKIE|SESSION|PASS)(_|$)"
+)
+# `${oc.env:NAME...}` (and OmegaConf 2.0's `${env:...}`), spaces allowed where OmegaConf allows them.
+_ENV_READ = re.compile(r"\$\{\s*(?:oc\.env|env)\s*:\s*(?P<arg>[^,}]*)")
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable of this name is treated as a secret.
+
+    The rule: a known secret (SECRET_VARIABLES), or a name containing TOKEN, SECRET, PASSW,
+    PASSPHRASE, CREDENTIAL, PRIVATE, APIKEY/API_KEY or ACCESS_KEY, or having KEY(S), AUTH,
+    COOKIE, SESSION or PASS as one of its underscore-separated words (case-insensitive).
+    """
+    upper = name.upper()
+    return upper in SECRET_VARIABLES or bool(_SECRET_NAME.search(upper))
+
+
+def environment_reads(overrides: Sequence[str], environ: Mapping[str, str]) -> dict[str, str | None]:
+    """Each variable the overrides read with oc.env, by its literal name, and its value now (None: unset).
+
+    What an override reads from the environment is part of what it means: `lr=${oc.env:MY_LR}`
+    trains differently when MY_LR changes, so the run record holds the values. Secrets are
+    never among them: an override that reads one is refused (secret_reference_problems).
+    """
+    reads: dict[str, str | None] = {}
+    for text in overrides:
+        for match in _ENV_READ.finditer(text):
+            name = match.group("arg").strip().strip("'\"").strip()
+            if _PLAIN_NAME.match(name) and not is_secret_name(name):
+                reads[name] = environ.get(name)
+    return reads
+
+
+def hydra_override_parser() -> Any | None:
+    """Hydra's own override parser (what `python -m verl.trainer.main_ppo` parses argv with), or None without Hydra."""
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+    except ImportError:
+        return None
+    return OverridesParser.create()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def _strings_in(value: Any) -> list[str]:
+    """Every string inside a value Hydra parsed (dict keys included)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for k, v in value.items() for text in (*_strings_in(k), *_strings_in(v))]
+    if isinstance(value, (list, tuple)):
+        return [text for v in value for text in _strings_in(v)]
+    return []
+
+
+def decided_keys(overrides: Sequence[Override]) -> dict[str, str]:
+    """Every config key a recipe setting decides, with the setting to change instead."""
+    decided = {o.key: o.setting for o in overrides if o.setting is not None}
+    for variable in (*ALLOC_CONF_VARIABLES, RUNTIME_SWITCH_VARIABLE):
+        decided[f"{_RAY_ENV}{variable}"] = ALLOCATOR_POLICY
+    return decided
+
+
+def _decided_problem(text: str, targets: Sequence[str], decided: Mapping[str, str]) -> str | None:
+    """Refusal of an override that sets, deletes or replaces a key a setting decides, or a parent of one."""
+    for target in targets:
+        if target in decided:
+            return f"override {text!r}: {target} is decided by {decided[target]}; set that instead"
+        parent_of = sorted(key for key in decided if target == "" or key.startswith(target + "."))
+        if parent_of:
+            settings = sorted({decided[key] for key in parent_of})
+            return (
+                f"override {text!r}: {target or 'the root of the config'} contains keys the recipe's settings decide "
+                f"({', '.join(parent_of[:3])}{', ...' if len(parent_of) > 3 else ''}: set {'; '.join(settings)} instead); "
+                "override the other keys under it one by one"
+            )
+        inside = next((key for key in decided if target.startswith(key + ".")), None)
+        if inside is not None:
+            return f"override {text!r}: {target} is inside {inside}, which {decided[inside]} decides; set that instead"
+    return None
+
+
+def secret_reference_problems(text: str, strings: Sequence[str]) -> list[str]:
+    """Refusals of an override whose value reads a secret (or an unnamed variable) with oc.env."""
+    problems: list[str] = []
+    for string in strings:
+        for match in _ENV_READ.finditer(string):
+            name = match.group("arg").strip().strip("'\"").strip()
+            if not _PLAIN_NAME.match(name):
+                problems.append(
+                    f"override {text!r}: oc.env must name its variable literally (a computed name could be a secret)"
+                )
+            elif is_secret_name(name):
+                problems.append(
+                    f"override {text!r}: reads the secret {name} through oc.env; a secret reaches verl only "
+                    "through the environment, never its config (which verl prints and logs)"
+                )
+    return problems
+
+
+@dataclass(frozen=True)
+class UserOverride:
+    """One override after `--` as Hydra's own parser reads it."""
+
+    text: str
+    #: The config path (or group) it names, dotted.
+    key: str
+    #: The package of a group override (`group@package=...`), else None.
+    package: str | None
+    #: Every string in its value, as Hydra hands them to OmegaConf.
+    strings: tuple[str, ...]
+    #: Secret names it sets a value for: a word of its key, or a key inside its value (is_secret_name).
+    secrets_set: tuple[str, ...] = ()
+
+
+def shown_override(text: str) -> str:
+    """An override as a message quotes it: its value withheld when a word of its key names a secret."""
+    key = text.split("=", 1)[0]
+    if "=" in text and any(is_secret_name(word) for word in re.split(r"[.\[\]/@:+~]+", key) if word):
+        return repr(f"{key}=<value withheld: a secret's>")
+    return repr(text)
+
+
+def parse_user_override(text: str, parser: Any) -> UserOverride | str:
+    """The override as Hydra parses it, or one problem line (what Hydra rejects, plan rejects)."""
+    if "=" not in text and not text.startswith("~"):
+        return f"override {text!r}: must look like key=value (Hydra override syntax)"
+    shown = shown_override(text)
+
+    def reason(error: BaseException) -> str:
+        # Hydra's messages quote the text: where it holds a secret, only the kind of error is said.
+        return _first_line(error) if shown == repr(text) else f"{type(error).__name__}; the value is not repeated"
+
+    try:
+        parsed = parser.parse_override(text)
+    except Exception as error:  # Hydra's OverrideParseException, or whatever its grammar raises
+        return f"override {shown}: Hydra cannot parse it ({reason(error)})"
+    if parsed.is_sweep_override():
+        return (
+            f"override {shown}: is a sweep, which Hydra refuses outside --multirun; "
+            "write a list as [a,b] or quote the value"
+        )
+    try:
+        value = parsed.value()
+    except Exception as error:
+        return f"override {shown}: Hydra cannot evaluate its value ({reason(error)})"
+    key = parsed.key_or_group.replace("/", ".")
+    return UserOverride(
+        text=text,
+        key=key,
+        package=parsed.package,
+        strings=tuple(_strings_in(value)),
+        secrets_set=tuple(_secrets_set(key, value)),
+    )
+
+
+def _secrets_set(key: str, value: Any) -> list[str]:
+    """The secret names an override gives a value to: the last word of its key, or a key of a dict in its value."""
+    found = [key.rsplit(".", 1)[-1]] if value not in (None, "") and is_secret_name(key.rsplit(".", 1)[-1]) else []
+    if isinstance(value, dict):
+        for name, inner in value.items():
+            found += _secrets_set(str(name), inner)
+    elif isinstance(value, (list, tuple)):
+        for inner in value:
+            found += _secrets_set("", inner)
+    return found
+
+
+def literal_secret_problems(override: UserOverride) -> list[str]:
+    """Refusals of an override that gives a secret a literal value (the line names the key, never the value).
+
+    The override text is written into the run record (twice) and printed in `Executing:`; a
+    secret belongs in the environment, which `run` hands to the trainer and every Ray worker
+    and never records.
+    """
+    return [
+        f"override of {override.key}: gives the secret {name} a value after `--`, where it would be recorded in "
+        f"run-record.json and printed; set the environment variable {name} instead (`run` passes it to every Ray "
+        "worker and never records it)"
+        for name in dict.fromkeys(override.secrets_set)
+    ]
+
+
+def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split the user's extra overrides (after `--`) into (accepted, problem lines), in order.
+
+    Each is read with Hydra's own parser, so what Hydra rejects is rejected here. Refused too:
+    a key that a recipe setting decides, a parent of one (`trainer={...}`, `~trainer`), a group
+    or package that replaces one, a literal value for a secret, and a value that reads a secret with oc.env. The composition
+    against verl's own config is plan.verl_config_problems.
+    """
+    if not extra:
+        return [], []
+    parser = hydra_override_parser()
+    if parser is None:
+        return [], [
+            f"overrides after `--` ({len(extra)}): need Hydra (which comes with verl) to be checked the way the "
+            "trainer reads them; run `plan` in the image (docker compose run --rm gpu plan -- ...), "
+            "or pip install '.[trainer]'"
+        ]
+    decided = decided_keys(overrides)
+    accepted: list[str] = []
+    problems: list[str] = []
+    for text in extra:
+        parsed = parse_user_override(text, parser)
+        if isinstance(parsed, str):
+            problems.append(parsed)
+            continue
+        targets = [parsed.key] + ([parsed.package] if parsed.package is not None else [])
+        decided_problem = _decided_problem(text, targets, decided)
+        # A secret's refusal first and alone: every other message quotes the override, value and all.
+        refused = literal_secret_problems(parsed) or (
+            [decided_problem] if decided_problem else secret_reference_problems(text, parsed.strings)
+        )
+        if refused:
+            problems.extend(refused)
+        else:
+            accepted.append(text)
+    return accepted, problems
+
+
+def merge_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) -> list[str]:
+    """Apply the user's extra overrides (after `--`): each replaces the recipe's value for its key.
+
+    What check_user_overrides refuses raises RecipeConfigError (every problem at once), so that
+    the plan and the run never disagree.
+    """
+    accepted, problems = check_user_overrides(overrides, extra)
+    if problems:
+        raise RecipeConfigError(problems)
+    by_key = {o.key: o for o in overrides}
+    replaced: dict[str, str] = {}
+    appended: list[str] = []
+    for text in accepted:
+        key = _override_key(text)
+        if key in by_key:
+            replaced[key] = text
+        else:
+            appended.append(text)
+    return [replaced.get(o.key, str(o)) for o in overrides] + appended

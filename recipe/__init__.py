@@ -9,8 +9,8 @@ no module reaches itself):
     hydra_text, errors                    text Hydra reads back literally; the error type
     settings, device, models, chip        inputs: the environment, the machine, the model, the npu chip
     cluster.rules, layout, allocator      the rules a plan must satisfy
-    launch, digests, record_file,         the overrides and trainer argv; the run record and its hashes
-      provenance
+    launch, user_overrides, verl_config   the overrides (the recipe's, the user's, composed in verl's config)
+    digests, record_file, provenance      the run record and its hashes
     plan                                  everything decided before anything starts
     export, data, smoke, doctor, replay   the commands' own packages
     run (preflight, resume_guard,         `run` itself; cluster.ray_node/readiness/supervisors below it

@@ -9,25 +9,21 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from recipe import __version__
-from recipe.allocator import ALLOC_CONF_VARIABLES, AllocatorDecision, decide_allocator
+from recipe.allocator import AllocatorDecision, decide_allocator
 from recipe.chip import DEFAULT_CHIP, Chip, assumed_chip
 from recipe.device import DeviceDetection, detect_device
 from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
 from recipe.launch import (
-    _RAY_ENV,
     Override,
     build_overrides,
     checkpoint_root,
     override_value,
-    resume_mode_problem,
     runtime_environment,
     trainer_argv,
 )
@@ -37,14 +33,12 @@ from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
 from recipe.settings import Settings
 from recipe.user_overrides import (
-    _first_line,
     check_user_overrides,
     decided_keys,
     environment_reads,
-    hydra_override_parser,
-    is_secret_name,
     merge_user_overrides,
 )
+from recipe.verl_config import verl_config_problems
 
 T = TypeVar("T")
 
@@ -236,185 +230,3 @@ def _drift_guard(settings: Settings, overrides: Sequence[str], record: dict[str,
 def _profile_override(text: str) -> Override:
     key, _, value = text.partition("=")
     return Override(key, value)
-
-
-# --- composition against the installed verl's own config -----------------------------------
-
-#: Marks a secret read through oc.env while the composed config is resolved at plan time.
-_CANARY = "<<recipe:secret-read:"
-#: Resolutions followed: verl prints the config resolved, resolves it in place, then reads it again.
-_RESOLUTIONS = 4
-
-
-def verl_config_dir() -> Path | None:
-    """verl/trainer/config of the installed verl, found without importing verl (which imports torch)."""
-    try:
-        spec = find_spec("verl")
-    except (ImportError, ValueError):
-        return None
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(location) / "trainer" / "config"
-        if (candidate / "ppo_trainer.yaml").is_file():
-            return candidate
-    return None
-
-
-def compose_verl_config(overrides: Sequence[str], config_dir: Path) -> Any:
-    """verl's trainer config as `python -m verl.trainer.main_ppo <overrides>` composes it (not resolved)."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        return compose(config_name="ppo_trainer", overrides=list(overrides))
-
-
-@contextmanager
-def _secret_reads_marked(seen: set[str]) -> Iterator[None]:
-    """While inside: oc.env returns a marker for a secret-named variable (recorded in `seen`), the real value otherwise.
-
-    The marker, not the name, is what is looked for afterwards: a name computed by another
-    interpolation, or an interpolation assembled from pieces, is caught as well.
-    """
-    from omegaconf import OmegaConf
-    from omegaconf.basecontainer import BaseContainer
-    from omegaconf.resolvers import oc
-
-    def marked(key: Any, *default: Any) -> Any:
-        if is_secret_name(str(key)):
-            seen.add(str(key))
-            return f"{_CANARY}{key}>>"
-        return oc.env(key, *default)
-
-    saved = BaseContainer._resolvers.get("oc.env")
-    OmegaConf.register_new_resolver("oc.env", marked, replace=True, use_cache=False)
-    try:
-        yield
-    finally:
-        if saved is None:
-            OmegaConf.clear_resolver("oc.env")
-        else:
-            BaseContainer._resolvers["oc.env"] = saved
-
-
-def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from _leaves(child, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from _leaves(child, f"{path}[{index}]")
-    else:
-        yield path, value
-
-
-def _select(container: Any, key: str) -> tuple[bool, Any]:
-    node = container
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False, None
-        node = node[part]
-    return True, node
-
-
-def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
-
-
-def _compose_problem(overrides: Sequence[str], config_dir: Path) -> str | None:
-    try:
-        compose_verl_config(overrides, config_dir)
-    except Exception as error:  # Hydra's ConfigCompositionException, OmegaConf's errors, ValueError ...
-        return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())[:400] or type(error).__name__
-    return None
-
-
-def verl_config_problems(recipe: Sequence[Override], overrides: Sequence[str], extra: Sequence[str]) -> list[str]:
-    """Compose verl's own config with the final overrides and check what verl would read.
-
-    - Hydra composes it (unknown keys, wrong case, sweeps ... are refused as Hydra refuses them);
-    - resolved the way verl resolves it, no value holds a secret read through oc.env;
-    - every key a setting decides still has the recipe's value (a group or package swap cannot
-      change it behind the plan's back), and no allocator variable reaches the workers but ours;
-    - trainer.resume_mode is a mode verl knows, written literally (the resume guard reads it).
-    Needs Hydra and verl's config files; imports neither verl nor torch.
-    """
-    config_dir = verl_config_dir()
-    if config_dir is None or hydra_override_parser() is None:
-        return [
-            f"overrides after `--` ({len(extra)}): need verl's trainer config (pip install '.[trainer]', or the image) "
-            "to be checked the way the trainer reads them; run `plan` in the image (docker compose run --rm gpu plan -- ...)"
-        ]
-    from omegaconf import OmegaConf
-
-    try:
-        config = compose_verl_config(overrides, config_dir)
-    except Exception:  # Hydra's ConfigCompositionException, OmegaConf's errors, ValueError ...
-        # Hydra stops at the first bad override: find each one that fails on its own.
-        base = [str(o) for o in recipe]
-        problems, rest = [], []
-        for text in extra:
-            alone = merge_user_overrides(recipe, [text])
-            problem = _compose_problem(alone, config_dir) if alone != base else None
-            if problem:
-                problems.append(f"override {text!r}: verl's config rejects it ({problem})")
-            else:
-                rest.append(text)
-        if not problems:
-            together = _compose_problem(overrides, config_dir)
-            return [f"overrides after `--`: verl's config rejects them together ({together})"]
-        # Every problem at once: the others are checked without the ones verl's config rejects.
-        return problems + (verl_config_problems(recipe, merge_user_overrides(recipe, rest), rest) if rest else [])
-
-    problems: list[str] = []
-    trainer = config.get("trainer")
-    mode = OmegaConf.to_container(trainer, resolve=False).get("resume_mode") if trainer is not None else None
-    interpolated = trainer is not None and "resume_mode" in trainer and OmegaConf.is_interpolation(trainer, "resume_mode")
-    problem = resume_mode_problem(mode, interpolated)
-    if problem:
-        problems.append(problem)
-
-    seen: set[str] = set()
-    with _secret_reads_marked(seen):
-        try:
-            for _ in range(_RESOLUTIONS):
-                OmegaConf.resolve(config)
-                if not any(isinstance(v, str) and "${" in v for _, v in _leaves(OmegaConf.to_container(config))):
-                    break
-            resolved = OmegaConf.to_container(config, resolve=True)
-        except Exception as error:
-            why = _first_line(error)[:300]
-            return [*problems, f"overrides after `--`: verl's config cannot be resolved with them ({why})"]
-    for path, value in _leaves(resolved):
-        if isinstance(value, str) and _CANARY in value:
-            names = ", ".join(sorted(seen))
-            problems.append(
-                f"overrides after `--`: {path} would hold the secret {names} (read through oc.env); a secret reaches "
-                "verl only through the environment, never its config (which verl prints and logs)"
-            )
-        elif isinstance(value, str) and "${" in value:
-            problems.append(
-                f"overrides after `--`: {path} still holds an interpolation after {_RESOLUTIONS} resolutions "
-                f"({value[:80]!r}); verl would resolve it again when it reads it"
-            )
-
-    parser = hydra_override_parser()
-    for override in recipe:
-        if override.setting is None:
-            continue
-        expected = parser.parse_override(str(override)).value()
-        found, value = _select(resolved, override.key)
-        if not found or not _same(value, expected):
-            problems.append(
-                f"overrides after `--`: change {override.key} (now {value!r}, planned {expected!r}), "
-                f"which {override.setting} decides; set that instead"
-            )
-    env_vars = _select(resolved, _RAY_ENV.rstrip("."))[1] or {}
-    planned = {o.key.removeprefix(_RAY_ENV): o for o in recipe if o.key.startswith(_RAY_ENV)}
-    for variable in ALLOC_CONF_VARIABLES:
-        want = parser.parse_override(str(planned[variable])).value() if variable in planned else None
-        have = env_vars.get(variable) if isinstance(env_vars, dict) else None
-        if have != want:
-            problems.append(
-                f"overrides after `--`: put {variable}={have!r} into the Ray workers' environment (planned "
-                f"{want!r}), which {decided_keys(recipe)[_RAY_ENV + variable]} decides"
-            )
-    return problems

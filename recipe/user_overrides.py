@@ -211,7 +211,7 @@ def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) ->
     Each is read with Hydra's own parser, so what Hydra rejects is rejected here. Refused too:
     a key that a recipe setting decides, a parent of one (`trainer={...}`, `~trainer`), a group
     or package that replaces one, a literal value for a secret, and a value that reads a secret with oc.env. The composition
-    against verl's own config is plan.verl_config_problems.
+    against verl's own config is recipe.verl_config.verl_config_problems.
     """
     if not extra:
         return [], []

@@ -75,7 +75,7 @@ def tracked_step_dir(root: Path) -> tuple[Path, int] | None:
 
 def _resume_mode(plan: Plan) -> tuple[str | None, str | None]:
     """(mode, None) for the trainer.resume_mode verl will read, or (None, problem) when it cannot be told."""
-    from recipe.plan import compose_verl_config, verl_config_dir
+    from recipe.verl_config import compose_verl_config, verl_config_dir
 
     config_dir = verl_config_dir()
     if config_dir is None:

@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 U, E, D, S = "tests/unit", "tests/unit/export", "tests/unit/data", "tests/unit/smoke"
 MODULES = {
     "allocator": [f"{U}/test_allocator.py"],
-    "cli": [f"{U}/test_cli.py", f"{U}/test_run_command.py"],
+    "chip": [f"{U}/test_chip.py"],
+    "cli": [f"{U}/test_cli.py"],
     "cluster/rules": [f"{U}/cluster/test_rules.py"],
     "cluster/ray_node": [f"{U}/cluster/test_ray_node.py"],
     # The Ray half: tests/unit/cluster/test_with_real_ray.py runs real Ray, too slow per mutant.
@@ -61,12 +62,16 @@ MODULES = {
     "export/verl_patch": [f"{U}/test_worker_setup.py"],
     "export/watch": [f"{E}/test_commands_and_watch.py"],
     "help": [f"{U}/test_help.py"],
-    "launch": [f"{U}/test_launch.py", f"{U}/test_settings_table.py", f"{U}/test_hostile_overrides.py"],
+    "hydra_text": [f"{U}/test_launch.py", f"{U}/test_hostile_settings.py"],
+    "launch": [f"{U}/test_launch.py", f"{U}/test_settings_table.py"],
     "layout": [f"{U}/test_layout.py"],
     "models": [f"{U}/test_layout.py"],
     "plan": [f"{U}/test_verl_compose.py", f"{U}/test_hostile_overrides.py"],
     "provenance": [f"{E}/test_provenance.py", f"{E}/test_record_hostile.py"],
     "record_file": [f"{E}/test_record_hostile.py"],
+    "run/preflight": [f"{U}/test_run_command.py", f"{E}/test_run_checks.py"],
+    "run/resume_guard": [f"{E}/test_resume_guard.py", f"{E}/test_resume_guard_hostile.py"],
+    "run/trainer": [f"{U}/test_run_command.py", f"{U}/test_cli.py"],
     "replay": [f"{E}/test_replay_hostile.py", f"{E}/test_record_hostile.py", f"{E}/test_provenance.py"],
     "settings": [f"{U}/test_settings.py", f"{U}/test_hostile_settings.py"],
     "smoke/arithmetic": [f"{S}/test_dataset.py"],
@@ -75,6 +80,8 @@ MODULES = {
     "smoke/reward": [f"{S}/test_dataset.py"],
     "smoke/tokenizer": [f"{S}/test_tokenizer.py"],
     "smoke/verdict": [f"{S}/test_verdict.py"],
+    "user_overrides": [f"{U}/test_hostile_overrides.py", f"{U}/test_launch.py"],
+    "verl_config": [f"{U}/test_hostile_overrides.py", f"{U}/test_verl_compose.py"],
     "worker_setup": [f"{U}/test_worker_setup.py"],
 }
 #: What the tests read besides the code.
@@ -91,7 +98,10 @@ def score(module: str, tests: list[str]) -> dict[str, int]:
             f"[mutmut]\nsource_paths=recipe/{module}.py\n"
             f"pytest_add_cli_args_test_selection={' '.join(tests)}\nalso_copy={also}\n"
         )
-        subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=copy, check=True, capture_output=True, timeout=1800)
+        done = subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=copy, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
+            raise SystemExit(f"recipe/{module}.py: mutmut run exited {done.returncode}:\n" + "\n".join(tail))
         results = subprocess.run(
             [sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=copy, capture_output=True, text=True,
             check=True,

@@ -113,7 +113,8 @@ def assumed_chip(labels: dict[str, str] | None) -> tuple[Chip, str]:
         return label, f"the image's label {CHIP_LABEL}={label}"  # type: ignore[return-value]
     if label:
         return DEFAULT_CHIP, f"the image's label {CHIP_LABEL}={label!r} names no chip the recipe knows; default {DEFAULT_CHIP}"
-    return DEFAULT_CHIP, f"no image label {CHIP_LABEL} (not in an npu image): the Dockerfile's default CANN_CHIP={DEFAULT_CHIP}"
+    where = "not in an image" if labels is None else f"the image has no {CHIP_LABEL} label"
+    return DEFAULT_CHIP, f"{where}: the Dockerfile's default CANN_CHIP={DEFAULT_CHIP}"
 
 
 #: Run in a fresh interpreter: what torch_npu says this node's NPU is (vllm-ascend's own source of the fact).

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: module under recipe/ -> the unit tests that are meant to pin it down (every module; `--list` prints them).
 U, E, D, S = "tests/unit", "tests/unit/export", "tests/unit/data", "tests/unit/smoke"
 MODULES = {
+    "__main__": [f"{U}/test_help.py"],
     "allocator": [f"{U}/test_allocator.py"],
     "chip": [f"{U}/test_chip.py"],
     "cli": [f"{U}/test_cli.py"],

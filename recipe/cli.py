@@ -23,6 +23,7 @@ import signal
 import sys
 from typing import Sequence
 
+from recipe import __version__
 from recipe.cluster import rules
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.doctor.command import add_doctor_parser, run_doctor
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         description="GRPO training of Qwen3.5-35B-A3B with verl + Megatron-Bridge on gpu or npu. "
         "Settings come from environment variables (see README).",
     )
+    parser.add_argument("--version", action="version", version=f"grpo-recipe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     plan = add_command(
         commands, "plan",
@@ -57,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         "Starts nothing and writes nothing. Extra Hydra overrides for verl go after `--`.",
         usage="entrypoint.py plan [--json] [-- key=value ...]",
         exit_codes={0: "the plan is valid (printed)", 2: "bad settings or overrides: one `error:` line each on stderr"},
-        examples=["TP=4 EP=8 python entrypoint.py plan", "python entrypoint.py plan --json -- trainer.total_epochs=1"],
+        examples=["TP=4 EP=8 python entrypoint.py plan", "python entrypoint.py plan --json -- actor_rollout_ref.actor.optim.lr=2e-6"],
     )
     plan.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_command(
@@ -75,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
             3: "the Ray cluster did not form in RAY_WAIT_TIMEOUT",
             4: "PROFILE=smoke: the trainer finished, but the smoke verdict failed (the block says which check)",
         } | {1: "the trainer's own exit code otherwise (1 and others)"},
-        examples=["python entrypoint.py run -- trainer.total_epochs=1 trainer.save_freq=10"],
+        examples=["python entrypoint.py run -- actor_rollout_ref.actor.optim.lr=2e-6 trainer.total_training_steps=100"],
     )
     add_prepare_data_parser(commands)
     add_export_commands(commands)

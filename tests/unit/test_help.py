@@ -57,3 +57,41 @@ def test_a_closed_stdout_is_not_an_error(argv: list[str]) -> None:
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def _examples(command: str) -> list[str]:
+    text = _help(command)
+    return [line.strip() for line in text.split("\nexample:\n", 1)[1].splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("command", COMMANDS + ["replay"])
+def test_every_help_example_is_accepted_by_the_tool(command: str) -> None:
+    """An example the tool itself refuses teaches the wrong thing: plan and run examples go through the real
+    plan (run's through `plan`, which decides exactly what run would), the others through the real parser."""
+    import shlex
+
+    from recipe.cli import _parser, _split_extra
+
+    for example in _examples(command):
+        words = shlex.split(example.split(">", 1)[0])  # a redirection is the shell's, not ours
+        start = next(i for i, word in enumerate(words) if word.endswith("entrypoint.py"))
+        assignments = dict(word.split("=", 1) for word in words[:start] if "=" in word)
+        ours, extra = _split_extra(words[start + 1:])
+        _parser().parse_args(ours)  # raises SystemExit on a refused example
+        if command in ("plan", "run"):
+            plan_argv = ["plan", *(["--json"] if "--json" in ours else []), *(["--", *extra] if extra else [])]
+            done = subprocess.run([*ENTRYPOINT, *plan_argv], env=entrypoint_env(DEVICE="gpu", **assignments),
+                                  capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)  # fmt: skip
+            assert done.returncode == 0, f"{example}: {done.stderr}"
+
+
+@pytest.mark.parametrize("launcher", [list(ENTRYPOINT), ["python", "-m", "recipe"]])
+def test_version_from_every_launcher(launcher: list[str]) -> None:
+    import sys
+
+    from recipe import __version__
+
+    argv = [sys.executable, "-m", "recipe"] if launcher[0] == "python" else launcher
+    done = subprocess.run([*argv, "--version"], env=entrypoint_env(), capture_output=True, text=True,
+                          timeout=HANG_GUARD_S, check=False, cwd=REPO)  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, f"grpo-recipe {__version__}\n"), done.stderr

@@ -95,9 +95,11 @@ def score(module: str, tests: list[str]) -> dict[str, int]:
         copy = Path(folder) / "repo"
         shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".venv*", ".git", ".e2e", "__pycache__", "mutants"))
         also = "\n    ".join(ALSO_COPY)
+        # A list in setup.cfg is one item per line: space-separated, several test files were one argument.
+        selection = "\n    ".join(tests)
         (copy / "setup.cfg").write_text(
             f"[mutmut]\nsource_paths=recipe/{module}.py\n"
-            f"pytest_add_cli_args_test_selection={' '.join(tests)}\nalso_copy={also}\n"
+            f"pytest_add_cli_args_test_selection=\n    {selection}\nalso_copy={also}\n"
         )
         done = subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=copy, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:

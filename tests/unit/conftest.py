@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -18,3 +20,14 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     """No recipe setting or allocator variable set; tests set what they need with monkeypatch.setenv."""
     clear_settings(monkeypatch)
     yield monkeypatch
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """A model directory with a config.json (the smoke profile's tiny Qwen3.5-MoE; no weights needed)."""
+    from recipe.smoke import shipped_model_dir
+
+    directory = tmp_path / "model"
+    directory.mkdir()
+    shutil.copy(shipped_model_dir() / "config.json", directory / "config.json")
+    return directory

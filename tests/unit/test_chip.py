@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,19 +27,6 @@ from tests.unit.runtools import cli, layout_of_one, run_environment
 A2_SOCS = st.integers(min_value=220, max_value=225)
 A3_SOCS = st.integers(min_value=250, max_value=255)
 OTHER_SOCS = st.integers(min_value=-5, max_value=400).filter(lambda n: chip_of_soc_version(n) is None)
-
-
-@pytest.fixture
-def model(tmp_path: Path) -> Path:
-    """A model directory with a config.json (the smoke profile's tiny Qwen3.5-MoE; no weights needed)."""
-    import shutil
-
-    from recipe.smoke import shipped_model_dir
-
-    directory = tmp_path / "model"
-    directory.mkdir()
-    shutil.copy(shipped_model_dir() / "config.json", directory / "config.json")
-    return directory
 
 
 def fake_npu_packages(root: Path, device_type: str, soc_version: int) -> Path:
@@ -104,11 +92,16 @@ def test_no_build_info_is_unknown(tmp_path: Path) -> None:
     assert built_device_type(tmp_path) is None
 
 
-def test_run_refuses_an_image_built_for_the_other_chip_before_anything_starts(tmp_path: Path, model: Path) -> None:
-    fakes = fake_npu_packages(tmp_path / "fakes", "A2", 252)
+def _npu_run(tmp_path: Path, model: Path, device_type: str, soc_version: int) -> subprocess.CompletedProcess[str]:
+    """`run` on an npu node of `soc_version` with an image whose vllm-ascend is built for `device_type`."""
+    fakes = fake_npu_packages(tmp_path / "fakes", device_type, soc_version)
     env = run_environment(tmp_path, model, **layout_of_one(DEVICE="npu"))
     env["PYTHONPATH"] = f"{fakes}:{env['PYTHONPATH']}"
-    done = cli(["run"], env)
+    return cli(["run"], env)
+
+
+def test_run_refuses_an_image_built_for_the_other_chip_before_anything_starts(tmp_path: Path, model: Path) -> None:
+    done = _npu_run(tmp_path, model, "A2", 252)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     [line] = [text for text in done.stderr.splitlines() if "CANN_CHIP" in text]
     assert "this node's NPUs are a3" in line and "built for 910b" in line and "CANN_CHIP=a3" in line
@@ -116,10 +109,7 @@ def test_run_refuses_an_image_built_for_the_other_chip_before_anything_starts(tm
 
 
 def test_run_goes_on_when_the_chips_match(tmp_path: Path, model: Path) -> None:
-    fakes = fake_npu_packages(tmp_path / "fakes", "A3", 252)
-    env = run_environment(tmp_path, model, **layout_of_one(DEVICE="npu"))
-    env["PYTHONPATH"] = f"{fakes}:{env['PYTHONPATH']}"
-    done = cli(["run"], env)
+    done = _npu_run(tmp_path, model, "A3", 252)
     assert done.returncode == 0 and "CANN_CHIP" not in done.stderr, done.stderr
     assert (tmp_path / "record.json").exists()
 

@@ -10,27 +10,16 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import signal
 from pathlib import Path
 
 import pytest
 
 from recipe.launch import override_value
-from recipe.smoke import shipped_model_dir
 from tests.support.ports import free_port
 
 from .envtools import HANG_GUARD_S
 from .runtools import cli, layout_of_one, recorded, run_environment, start_cli
-
-
-@pytest.fixture
-def model(tmp_path: Path) -> Path:
-    """A model directory with a config.json (the smoke profile's tiny Qwen3.5-MoE; no weights needed)."""
-    directory = tmp_path / "model"
-    directory.mkdir()
-    shutil.copy(shipped_model_dir() / "config.json", directory / "config.json")
-    return directory
 
 
 def test_run_gives_the_trainer_the_plans_command_and_environment(tmp_path: Path, model: Path) -> None:

@@ -89,8 +89,12 @@ MODULES = {
 ALSO_COPY = ["tests/", "recipe/", "README.md", "pyproject.toml", "docs/", "docker/", "entrypoint.py", "k8s/", ".env.example"]
 
 
-def score(module: str, tests: list[str]) -> dict[str, int]:
-    """mutmut's counts for recipe/MODULE.py against TESTS, from a fresh copy of the repository."""
+def score(module: str, tests: list[str], survivors: Path | None = None) -> dict[str, int]:
+    """mutmut's counts for recipe/MODULE.py against TESTS, from a fresh copy of the repository.
+
+    With `survivors`, the diff of each surviving mutant is appended there (mutmut show), to be
+    killed by a test or listed as equivalent with its reason.
+    """
     with tempfile.TemporaryDirectory() as folder:
         copy = Path(folder) / "repo"
         shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".venv*", ".git", ".e2e", "__pycache__", "mutants"))
@@ -109,6 +113,14 @@ def score(module: str, tests: list[str]) -> dict[str, int]:
             [sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=copy, capture_output=True, text=True,
             check=True,
         ).stdout
+        if survivors is not None:
+            with survivors.open("a", encoding="utf-8") as out:
+                for line in results.splitlines():
+                    name, _, status = line.strip().rpartition(":")
+                    if status.strip() == "survived":
+                        shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name.strip()], cwd=copy,
+                                               capture_output=True, text=True, check=False)  # fmt: skip
+                        out.write(f"# {name.strip()}\n{shown.stdout}\n")
     counts = {"killed": 0, "survived": 0, "no tests": 0, "timeout": 0, "other": 0}
     for line in results.splitlines():
         status = line.rsplit(":", 1)[-1].strip() if ":" in line else ""
@@ -122,6 +134,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", metavar="MODULE", help=f"some of: {', '.join(MODULES)} (default: all)")
     parser.add_argument("--list", action="store_true", help="print each module and its tests, run nothing")
+    parser.add_argument("--survivors", type=Path, metavar="FILE", help="append the diff of every surviving mutant to FILE")
     args = parser.parse_args()
     if args.list:
         for module, tests in MODULES.items():
@@ -136,7 +149,7 @@ def main() -> int:
         parser.error(f"unknown module(s) {', '.join(unknown)}: choose from {', '.join(MODULES)}")
     for module in args.modules or list(MODULES):
         began = time.monotonic()
-        counts = score(module, MODULES[module])
+        counts = score(module, MODULES[module], args.survivors)
         seconds = time.monotonic() - began
         total = sum(counts.values())
         for key, value in counts.items():

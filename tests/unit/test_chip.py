@@ -182,3 +182,71 @@ def test_allow_upstream_issue_takes_issue_references_only(value: str) -> None:
     with pytest.raises(Exception) as caught:
         settings_of(ALLOW_UPSTREAM_ISSUE=value)
     assert "vllm-ascend#10014" in str(caught.value)
+
+
+# --- the two facts, asked of the machine ---------------------------------------------------------
+
+
+def _fake_python(tmp_path: Path, script: str) -> str:
+    """An interpreter stand-in: a shell script that answers `python -c PROBE` as SCRIPT says."""
+    path = tmp_path / "python"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        ("echo 252\n", 252),
+        ("echo 'CANN warning: something'; echo 223\n", 223),  # CANN's chatter before the answer
+        ("echo 252; exit 1\n", None),  # torch_npu failed after printing
+        ("echo A3\n", None),
+        ("exit 0\n", None),
+        ("echo -252\n", None),
+        ("sleep 30; echo 252\n", None),  # hung: the probe gives up
+    ],
+)
+def test_the_soc_version_comes_from_a_child_process_and_only_a_clean_answer_counts(
+    tmp_path: Path, script: str, expected: int | None
+) -> None:
+    assert chip.node_soc_version(_fake_python(tmp_path, script), timeout_s=2) == expected
+
+
+def test_a_missing_interpreter_is_no_answer(tmp_path: Path) -> None:
+    assert chip.node_soc_version(str(tmp_path / "no-python"), timeout_s=2) is None
+
+
+def test_the_probe_asks_torch_npu_for_the_soc_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real probe text in a real interpreter, against a torch_npu that answers 251."""
+    import sys
+
+    fakes = fake_npu_packages(tmp_path / "fakes", "A3", 251)
+    monkeypatch.setenv("PYTHONPATH", str(fakes))
+    assert chip.node_soc_version(sys.executable) == 251
+
+
+def test_chip_problem_asks_the_installed_packages_when_not_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fakes = fake_npu_packages(tmp_path / "fakes", "A2", 252)
+    monkeypatch.syspath_prepend(str(fakes))
+    monkeypatch.setenv("PYTHONPATH", str(fakes))
+    assert built_device_type() == "A2"
+    line = chip.chip_problem()
+    assert line is not None and "torch_npu.npu.get_soc_version() says soc_version 252" in line
+    assert chip.chip_problem(soc_version=252, built_type="A3") is None
+    assert chip.chip_problem(soc_version=223, built_type="_310P") is None  # a chip the recipe does not target
+
+
+def test_without_vllm_ascend_there_is_nothing_to_compare(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(chip, "find_spec", lambda name: None)
+    assert built_device_type() is None and chip.chip_problem(soc_version=252) is None
+
+
+def test_a_huge_build_info_is_read_only_to_its_first_64_kib(tmp_path: Path) -> None:
+    (tmp_path / "_build_info.py").write_text("# x\n" * 20000 + "__device_type__ = 'A3'\n")
+    assert built_device_type(tmp_path) is None
+    (tmp_path / "_build_info.py").write_text("__device_type__ = 'A3'\n" + "# x\n" * 20000)
+    assert built_device_type(tmp_path) == "A3"

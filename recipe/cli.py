@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import signal
 import sys
 from typing import Sequence
@@ -29,6 +30,7 @@ from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.doctor.command import add_doctor_parser, run_doctor
 from recipe.errors import RecipeConfigError
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
+from recipe.export.report import printable
 from recipe.help import add_command
 from recipe.launch import checkpoint_root
 from recipe.plan import Plan, build_plan
@@ -105,8 +107,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours, extra = _split_extra(sys.argv[1:] if argv is None else argv)
     command = None
     try:
-        args = _parser().parse_args(ours)
+        parser = _parser()
+        args, unknown = parser.parse_known_args(ours)
         command = args.command
+        if unknown:
+            overrides = [arg for arg in unknown if "=" in arg and not arg.startswith("-")]
+            if overrides and command in ("plan", "run"):
+                shown = " ".join(shlex.quote(arg) for arg in overrides)
+                print(f"error: {printable(shown)}: Hydra overrides go after `--`, e.g. "
+                      f"entrypoint.py {command} -- {printable(shown)}", file=sys.stderr)  # fmt: skip
+                return EXIT_CONFIG
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
         code = _dispatch(args, extra)
         sys.stdout.flush()

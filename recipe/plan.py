@@ -151,7 +151,7 @@ def build_plan(
     if accepted:
         # Only what the user adds after `--` can make verl read something the plan does not show.
         problems += verl_config_problems(recipe_overrides, overrides, accepted)
-    problems += _checkpoint_root_problems(settings, overrides)
+    problems += _checkpoint_root_problems(settings, overrides) + _data_file_problems(settings)
     if problems:
         raise RecipeConfigError(problems)
     record = build_record(
@@ -187,6 +187,19 @@ LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "etp", "gen_tp", "nnodes", "ndevices_pe
 #: verl 0.9.1's tracker of the newest save, in trainer.default_local_dir (checkpoint_manager.py):
 #: present, verl resumes (the drift guard here and the resume guard of recipe.run.resume_guard both read it).
 TRACKER_NAME = "latest_checkpointed_iteration.txt"
+
+
+def _data_file_problems(settings: Settings) -> list[str]:
+    """TRAIN_FILES or VAL_FILES naming something that exists but is no file (a directory, a FIFO): verl reads one parquet file."""
+    problems = []
+    for name, path in (("TRAIN_FILES", settings.resolved_train_files), ("VAL_FILES", settings.resolved_val_files)):
+        if os.path.exists(path) and not os.path.isfile(path):
+            kind = "a directory" if os.path.isdir(path) else "not a regular file"
+            problems.append(
+                f"{name}={printable(str(path))!r}: {kind}; name the parquet file itself"
+                + (f" (e.g. {printable(str(path / 'train.parquet'))})" if os.path.isdir(path) and name == "TRAIN_FILES" else "")
+            )
+    return problems
 
 
 def _checkpoint_root_problems(settings: Settings, overrides: Sequence[str]) -> list[str]:

@@ -181,3 +181,30 @@ def test_a_command_without_its_packages_says_so_in_one_line(
         "use the image (docker compose run --rm gpu|npu ...) or pip install '.[trainer]'"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+@pytest.mark.parametrize("override", ["trainer.total_training_steps=5", "+my.values=[1,2]", "actor_rollout_ref.actor.optim.lr=2e-6"])
+def test_overrides_given_without_the_double_dash_get_the_command_that_works(command: str, override: str) -> None:
+    done = _run(command, override, DEVICE="gpu")
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: ") and f"e.g. entrypoint.py {command} -- " in line and override in line
+    fixed = _run("plan", "--", override, DEVICE="gpu")
+    assert fixed.returncode == 0, fixed.stderr  # the suggested spelling is accepted
+
+
+def test_an_unknown_option_is_still_argparses_error() -> None:
+    done = _run("plan", "--bogus", DEVICE="gpu")
+    assert done.returncode == 2 and "unrecognized arguments: --bogus" in done.stderr
+
+
+def test_data_files_that_are_not_files_are_plan_errors(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / "train").mkdir()
+    os.mkfifo(tmp_path / "val.fifo")
+    done = _run("plan", DEVICE="gpu", TRAIN_FILES=str(tmp_path / "train"), VAL_FILES=str(tmp_path / "val.fifo"))
+    assert done.returncode == 2
+    assert f"error: TRAIN_FILES='{tmp_path / 'train'}': a directory; name the parquet file itself" in done.stderr
+    assert f"error: VAL_FILES='{tmp_path / 'val.fifo'}': not a regular file" in done.stderr

@@ -101,8 +101,30 @@ class Plan:
         lines.append("env      " + " ".join(f"{k}={'(unset)' if v is None else v}" for k, v in self.env.items()))
         for line in self.drift_accepted:
             lines.append(f"drift    {line}")
-        lines.append("command  " + shlex.join(self.argv))
+        python, flag, module, *overrides = self.argv
+        lines.append(f"command  {shlex.join([python, flag, module])}, with these overrides (one argv item each; "
+                     "the exact command line: plan --json, or run's Executing: line)")  # fmt: skip
+        for group, items in grouped_overrides(overrides):
+            lines += [f"  {group if i == 0 else '':<9} {printable(item)}" for i, item in enumerate(items)]
         return "\n".join(lines)
+
+
+#: How `plan` groups the trainer's overrides for people: the first prefix that matches names the group.
+OVERRIDE_GROUPS = (
+    ("data", "data."), ("model", "actor_rollout_ref.model."), ("actor", "actor_rollout_ref.actor."),
+    ("rollout", "actor_rollout_ref.rollout."), ("ref", "actor_rollout_ref.ref."), ("algorithm", "algorithm."),
+    ("reward", "reward."), ("trainer", "trainer."), ("ray", "ray_kwargs."),
+)  # fmt: skip
+
+
+def grouped_overrides(overrides: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The overrides by group (OVERRIDE_GROUPS, then `other`), each group in argv order; none dropped or added."""
+    groups: dict[str, list[str]] = {name: [] for name, _ in OVERRIDE_GROUPS} | {"other": []}
+    for text in overrides:
+        key = text.split("=", 1)[0].lstrip("+~")
+        name = next((name for name, prefix in OVERRIDE_GROUPS if key.startswith(prefix)), "other")
+        groups[name].append(text)
+    return [(name, items) for name, items in groups.items() if items]
 
 
 def _collect(problems: list[str], step: Callable[[], T]) -> T | None:

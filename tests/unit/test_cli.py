@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import os
 import signal
 import subprocess
@@ -208,3 +209,24 @@ def test_data_files_that_are_not_files_are_plan_errors(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert f"error: TRAIN_FILES='{tmp_path / 'train'}': a directory; name the parquet file itself" in done.stderr
     assert f"error: VAL_FILES='{tmp_path / 'val.fifo'}': not a regular file" in done.stderr
+
+
+@pytest.mark.parametrize("device", ["gpu", "npu"])
+def test_the_readable_plan_and_plan_json_describe_the_same_argv(device: str) -> None:
+    """One override per line, grouped; the same items as the exact argv, each once, argv's order kept within a group."""
+    extra = ["actor_rollout_ref.actor.optim.lr=2e-6", "+my_section.note='two words'"]
+    text = _run("plan", "--", *extra, DEVICE=device).stdout
+    argv = json.loads(_run("plan", "--json", "--", *extra, DEVICE=device).stdout)["argv"]
+    head, _, body = text.partition("\ncommand  ")
+    listed = [line[12:] for line in body.splitlines()[1:]]
+    assert body.startswith(shlex.join(argv[:3]) + ", with these overrides")
+    assert sorted(listed) == sorted(argv[3:]) and len(set(listed)) == len(listed)
+    assert [item for item in argv[3:] if item in extra] == extra
+    order = {item: index for index, item in enumerate(argv[3:])}
+    groups: dict[str, list[int]] = {}
+    label = ""
+    for line in body.splitlines()[1:]:
+        label = line[2:11].strip() or label
+        groups.setdefault(label, []).append(order[line[12:]])
+    assert all(indexes == sorted(indexes) for indexes in groups.values())
+    assert {"data", "actor", "rollout", "trainer", "ray"} <= set(groups)

@@ -28,7 +28,7 @@ from recipe import __version__
 from recipe.cluster import rules
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.doctor.command import add_doctor_parser, run_doctor
-from recipe.errors import RecipeConfigError
+from recipe.errors import RecipeConfigError, report_errors
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.report import printable
 from recipe.help import add_command
@@ -164,9 +164,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
             return _cmd_plan(plan, args.json)
         return run_command(plan)
     except RecipeConfigError as error:
-        for problem in error.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return EXIT_CONFIG
+        return report_errors(args.command, error.problems, EXIT_CONFIG, getattr(args, "json", False))
     except rules.ClusterError as error:
         # Not 2: a Kubernetes Job gives up at once on a config error, while nodes that
         # came up too late deserve the restart policy's retry.

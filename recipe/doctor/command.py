@@ -28,7 +28,6 @@ import argparse
 import fnmatch
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from recipe.chip import chip_problem
 from recipe.device import detect_device
 from recipe.doctor import checks, facts
 from recipe.doctor.runner import CheckResult, run_probe
-from recipe.errors import RecipeConfigError
+from recipe.errors import RecipeConfigError, report_errors
 from recipe.export.report import printable
 from recipe.help import add_command
 
@@ -157,15 +156,7 @@ def _order_key(planned: list[str]) -> Callable[[CheckResult], tuple[int, str, in
 
 
 def _cannot_run(problems: list[str], as_json: bool) -> int:
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    if as_json:
-        document = {
-            "schema_version": SCHEMA_VERSION, "command": "doctor", "status": "error",
-            "exit_code": EXIT_CANNOT_RUN, "errors": problems,
-        }
-        print(json.dumps(document, indent=2))
-    return EXIT_CANNOT_RUN
+    return report_errors("doctor", problems, EXIT_CANNOT_RUN, as_json)
 
 
 def run_doctor(args: argparse.Namespace) -> int:

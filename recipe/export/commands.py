@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from recipe.errors import report_errors
 from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS
 from recipe.export.report import ExportReport, printable
 from recipe.help import add_command
@@ -89,9 +90,8 @@ def _print(report: ExportReport, as_json: bool) -> int:
     return report.exit_code
 
 
-def _fail(message: str) -> int:
-    print(f"error: {printable(message)}", file=sys.stderr)
-    return EXIT_UNCHECKABLE
+def _fail(command: str, message: str, as_json: bool) -> int:
+    return report_errors(command, [printable(message)], EXIT_UNCHECKABLE, as_json)
 
 
 def _resolve_export_dir(directory: Path) -> Path:
@@ -111,7 +111,7 @@ def run_verify_export(args: argparse.Namespace) -> int:
     try:
         report = verify_export(_resolve_export_dir(args.directory), allowed_patterns(args), reference=args.reference)
     except ExportCheckError as error:
-        return _fail(str(error))
+        return _fail("verify-export", str(error), args.json)
     return _print(report, args.json)
 
 
@@ -131,5 +131,5 @@ def run_export(args: argparse.Namespace, checkpoint_dir: Path, model_path: Path,
                 allowed_patterns=allowed_patterns(args),
             )
     except ExportError as error:
-        return _fail(str(error))
+        return _fail("export", str(error), args.json)
     return _print(report, args.json)

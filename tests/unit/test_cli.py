@@ -230,3 +230,23 @@ def test_the_readable_plan_and_plan_json_describe_the_same_argv(device: str) -> 
         groups.setdefault(label, []).append(order[line[12:]])
     assert all(indexes == sorted(indexes) for indexes in groups.values())
     assert {"data", "actor", "rollout", "trainer", "ray"} <= set(groups)
+
+
+@pytest.mark.parametrize(
+    ("argv", "settings"),
+    [
+        (["plan", "--json"], {"TP": "3"}),
+        (["plan", "--json", "--", "trainer.total_epochs=1"], {}),
+        (["verify-export", "/nonexistent", "--json"], {}),
+        (["doctor", "--json", "--only", "no-such-check"], {}),
+    ],
+    ids=["plan-bad-layout", "plan-decided-key", "verify-export-missing", "doctor-selects-nothing"],
+)
+def test_a_json_command_that_fails_still_prints_one_json_document(argv: list[str], settings: dict[str, str]) -> None:
+    done = _run(*argv, DEVICE="gpu", **settings)
+    document = json.loads(done.stdout)  # stdout is exactly one document
+    assert document["status"] == "error" and document["exit_code"] == done.returncode == 2
+    assert document["command"] == argv[0]
+    assert [f"error: {problem}" for problem in document["errors"]] == [
+        line for line in done.stderr.splitlines() if line.startswith("error: ")
+    ]

@@ -25,6 +25,7 @@ When doctor cannot run (exit 2): {schema_version, command, status "error", exit_
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import json
 import os
@@ -46,6 +47,8 @@ from recipe.help import add_command
 EXIT_OK, EXIT_FAILED, EXIT_CANNOT_RUN = 0, 1, 2
 #: Version of the `--json` document's shape; bumped when a field changes meaning or goes away.
 SCHEMA_VERSION = 1
+#: Check categories that test what the image provides (its packages and their builds), not the node.
+IMAGE_CATEGORIES = ("imports", "framework")
 #: The longest --timeout: a day; a check still running then is hung.
 MAX_TIMEOUT_S = 86400
 
@@ -232,6 +235,17 @@ def run_doctor(args: argparse.Namespace) -> int:
         for future in futures:
             results += future.result()
 
+    image_only: list[str] = []
+    if labels is None:
+        # Not in an image: what only the image can provide (its packages, their builds) says
+        # nothing about this node. Those failures are warnings here, so that the exit code is
+        # about the node (driver, devices, volumes, user), and they are named as such.
+        for index, result in enumerate(results):
+            if result.status == "fail" and result.category in IMAGE_CATEGORIES:
+                results[index] = dataclasses.replace(
+                    result, status="warn", reason=f"{result.reason} [not in an image: the image provides this]"
+                )
+                image_only.append(result.name)
     results.sort(key=_order_key(plan.names()))
     for result in results:
         say(_result_line(result))
@@ -249,13 +263,15 @@ def run_doctor(args: argparse.Namespace) -> int:
             "environment": environment,
             "notes": plan.notes,
             "checks": [r.to_dict() for r in results],
-            "summary": {**counts, "failed": failed, "missing": plan.missing},
+            "summary": {**counts, "failed": failed, "missing": plan.missing, "image_only": image_only},
         }
         print(json.dumps(document, indent=2))
     else:
         say(f"doctor: {counts['ok']} ok, {counts['warn']} warn, {counts['fail']} fail in {seconds:.1f} s; exit {code}")
         if failed:
             say(f"failed: {', '.join(failed)}")
+        if image_only:
+            say(f"not in an image, so not counted against this node: {', '.join(image_only)} (use the image)")
         if plan.missing:
             say(f"not installed: {', '.join(plan.missing)}")
     return code

@@ -25,12 +25,23 @@ from .envtools import ENTRYPOINT, entrypoint_env
 CHECK_FIELDS = {"name": str, "category": str, "status": str, "reason": str, "seconds": float}
 
 
-def doctor(tmp_path: Path, *args: str, pythonpath: Path | None = None, **settings: str) -> subprocess.CompletedProcess[str]:
-    """Run `entrypoint.py doctor ARGS` with writable volumes under tmp_path and these settings."""
+def doctor(
+    tmp_path: Path, *args: str, pythonpath: Path | None = None, in_image: bool = True, **settings: str
+) -> subprocess.CompletedProcess[str]:
+    """Run `entrypoint.py doctor ARGS` with writable volumes under tmp_path and these settings.
+
+    `in_image`: as inside an image (a labels.d folder, so what the image provides counts as the
+    node's); False: as on a bare machine, where doctor reports those failures as warnings.
+    """
     env = entrypoint_env(**{"CHECKPOINT_DIR": str(tmp_path / "checkpoints"), "HF_HOME": str(tmp_path / "hf"), **settings})
     for ambient in ("RECIPE_IMAGE_INFO_DIR", "CC"):
         if ambient not in settings:
             env.pop(ambient, None)
+    if in_image and "RECIPE_IMAGE_INFO_DIR" not in settings:
+        info = tmp_path / "image-info"
+        (info / "labels.d").mkdir(parents=True, exist_ok=True)
+        (info / "labels.d" / "recipe.labels").write_text(f"io.grpo-recipe.device={settings.get('DEVICE', 'gpu')}\n")
+        env["RECIPE_IMAGE_INFO_DIR"] = str(info)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
     return subprocess.run([*ENTRYPOINT, "doctor", *args], env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -67,7 +78,7 @@ def test_exit_0_when_every_selected_check_passes(tmp_path: Path) -> None:
 
 
 def test_json_document_schema(tmp_path: Path) -> None:
-    done = doctor(tmp_path, "--json", "--only", "import:p*", "--only", "user", "--only", "labels", "--only", "devices")
+    done = doctor(tmp_path, "--json", "--only", "import:p*", "--only", "user", "--only", "labels", "--only", "devices", in_image=False)
     document = report(done)  # stdout is exactly one JSON document
     assert document["schema_version"] == SCHEMA_VERSION and document["command"] == "doctor"
     assert set(document) == {"schema_version", "command", "status", "exit_code", "seconds", "environment", "notes",
@@ -98,7 +109,7 @@ def test_json_document_schema(tmp_path: Path) -> None:
 
 
 def test_text_report_prints_each_checks_time_and_exit_code(tmp_path: Path) -> None:
-    done = doctor(tmp_path, "--only", "import:packaging", "--only", "labels")
+    done = doctor(tmp_path, "--only", "import:packaging", "--only", "labels", in_image=False)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"doctor: grpo-recipe {__version__}, device gpu"
@@ -475,3 +486,22 @@ def test_a_local_check_that_raises_is_a_failure_and_exit_1(
         assert document["exit_code"] == 1
     else:
         assert "statvfs failed" in out and "failed: shm" in out
+
+
+
+@pytest.mark.parametrize("in_image", [True, False])
+def test_what_only_the_image_provides_counts_against_the_node_only_in_an_image(tmp_path: Path, in_image: bool) -> None:
+    """On a bare machine a missing trainer package is the image's to provide: a warning named as such, exit 0."""
+    fakes = fake_packages(tmp_path / "fakes", mathruler="raise ImportError('broken on purpose')\n")
+    done = doctor(tmp_path, "--json", "--only", "import:mathruler", "--only", "writable:*", pythonpath=fakes,
+                  in_image=in_image)  # fmt: skip
+    document = report(done)
+    check = by_name(document)["import:mathruler"]
+    if in_image:
+        assert (done.returncode, check["status"], document["summary"]["image_only"]) == (1, "fail", [])
+    else:
+        assert (done.returncode, check["status"]) == (0, "warn")
+        assert check["reason"].endswith("[not in an image: the image provides this]")
+        assert document["summary"]["image_only"] == ["import:mathruler"]
+    text = doctor(tmp_path, "--only", "import:mathruler", pythonpath=fakes, in_image=in_image).stdout
+    assert ("not counted against this node: import:mathruler" in text) is not in_image

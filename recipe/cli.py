@@ -22,6 +22,7 @@ import os
 import shlex
 import signal
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from recipe import __version__
@@ -34,9 +35,15 @@ from recipe.export.report import printable
 from recipe.help import add_command
 from recipe.launch import checkpoint_root
 from recipe.plan import Plan, build_plan
+from recipe.provenance import DRIFT_FIELDS
 from recipe.replay import add_replay_parser, run_replay
 from recipe.run.trainer import run_command
-from recipe.settings import load_settings, near_miss_warnings
+from recipe.settings import (
+    allow_drift_warnings,
+    env_file_problems,
+    load_settings,
+    near_miss_warnings,
+)
 
 logger = logging.getLogger("recipe")
 
@@ -152,8 +159,13 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         return run_verify_export(args)
     try:
         settings = load_settings()
-        for warning in near_miss_warnings(os.environ):
-            print(f"warning: {warning}", file=sys.stderr)
+        drift_fields = [*(name.upper() for name in type(settings).model_fields), *DRIFT_FIELDS]
+        for warning in [
+            *near_miss_warnings(os.environ),
+            *env_file_problems(Path(".env")),  # what Compose and the README's `set -a; . ./.env` read here
+            *allow_drift_warnings([f for f in settings.allowed_drift if "." not in f], drift_fields),
+        ]:
+            print(f"warning: {printable(warning)}", file=sys.stderr)
         if args.command == "export":
             return run_export(args, checkpoint_root(settings), settings.model_path, settings.export_strict)
         if args.command == "prepare-data":

@@ -49,6 +49,7 @@ NOT_TRAINING = frozenset({
 REWARD_FUNCTION_KEY = "reward.custom_reward_function.path"
 #: Fields ALLOW_DRIFT may name besides settings and Hydra keys.
 FIELD_RECIPE, FIELD_FRAMEWORKS, FIELD_IMAGE = "RECIPE", "FRAMEWORKS", "IMAGE"
+DRIFT_FIELDS = (FIELD_RECIPE, FIELD_FRAMEWORKS, FIELD_IMAGE)
 
 
 def data_file(path: Path, environ: Mapping[str, str]) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import (
     Field,
@@ -327,6 +327,8 @@ FOREIGN_PREFIXES = (
 FOREIGN_NAMES = frozenset({"DEVICE_ID", "RANK_ID", "RANK_SIZE"})
 #: How close a name must be to a setting's to be called a typo of it (difflib's ratio).
 TYPO_CUTOFF = 0.8
+#: The same inside another program's family of names (RAY_, HF_, WANDB_, ...), which is crowded.
+FAMILY_TYPO_CUTOFF = 0.9
 
 
 def near_miss_warnings(environ: Mapping[str, str]) -> list[str]:
@@ -351,7 +353,51 @@ def near_miss_warnings(environ: Mapping[str, str]) -> list[str]:
         close = difflib.get_close_matches(variable, names, n=1, cutoff=TYPO_CUTOFF)
         if close:
             warnings.append(f"{variable} is not a setting (ignored); did you mean {close[0]}?")
+    # Our own settings inside other programs' families (RAY_WAIT_TIMEOUT, HF_TOKEN, WANDB_API_KEY):
+    # a near miss there is compared with a stricter cutoff, since those families hold many real names
+    # close to ours (RAY_GCS_PORT and RAY_PORT are 0.8 apart, RAY_WAIT_TIMOUT and RAY_WAIT_TIMEOUT 0.97).
+    for variable in sorted(environ):
+        if variable in names or not variable.startswith(FOREIGN_PREFIXES):
+            continue
+        family = [name for name in names if name.split("_", 1)[0] == variable.split("_", 1)[0]]
+        close = difflib.get_close_matches(variable, family, n=1, cutoff=FAMILY_TYPO_CUTOFF)
+        if close:
+            warnings.append(f"{variable} is not a setting (ignored); did you mean {close[0]}?")
     return warnings
+
+
+def allow_drift_warnings(fields: Sequence[str], known: Sequence[str]) -> list[str]:
+    """`ALLOW_DRIFT names TRAIN_FILE; did you mean TRAIN_FILES?` for a field close to, but not, one that can drift."""
+    import difflib
+
+    return [
+        f"ALLOW_DRIFT names {field}, which is no field a record compares; did you mean {close[0]}?"
+        for field in fields
+        if field not in known and (close := difflib.get_close_matches(field, known, n=1, cutoff=TYPO_CUTOFF))
+    ]
+
+
+def env_file_problems(path: Path) -> list[str]:
+    """Lines of an env file (Compose's `.env`, the README's `set -a; . ./.env`) that no reader takes as NAME=value.
+
+    `TP = 4` runs `TP` as a command in bash (and the setting stays unset), and Compose reads a name
+    `TP ` with a trailing blank: either way the value is lost without a word.
+    """
+    try:
+        if not path.is_file() or path.stat().st_size > (1 << 20):
+            return []
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    problems = []
+    for number, line in enumerate(text.splitlines(), 1):
+        match = re.match(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\s+=|=\s+|\s+=\s+)", line)
+        if match and not line.lstrip().startswith("#"):
+            problems.append(
+                f"{path}:{number}: {match.group(1)}: blanks around `=` (bash runs {match.group(1)} as a command and "
+                f"Compose reads another name); write {match.group(1)}=value"
+            )
+    return problems
 
 
 def load_settings() -> Settings:

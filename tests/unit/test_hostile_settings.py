@@ -347,3 +347,79 @@ def test_any_config_json_gives_sound_numbers_or_lines_naming_model_path(tmp_path
         value = getattr(arch, field)
         assert type(value) is int and value >= 1
     assert type(arch.linear_key_heads) is int and arch.linear_key_heads >= 0
+
+
+# --- issue 26: near misses in other programs' families, the .env file, ALLOW_DRIFT's fields ------
+
+
+def _names_read_by(package: str, prefix: str) -> set[str]:
+    """Every `PREFIX...` string literal in an installed package's source: the variables it really reads."""
+    import importlib.util
+    import re as regex
+
+    spec = importlib.util.find_spec(package)
+    assert spec is not None and spec.submodule_search_locations, package
+    pattern = regex.compile(rf"""["']({prefix}[A-Z0-9_]+)["']""")
+    found: set[str] = set()
+    for path in Path(spec.submodule_search_locations[0]).rglob("*.py"):
+        found.update(pattern.findall(path.read_text(errors="replace")))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("RAY_WAIT_TIMOUT", "RAY_WAIT_TIMEOUT"), ("WANDB_APIKEY", "WANDB_API_KEY"), ("HF_TOKN", "HF_TOKEN"),
+     ("RAY_ADRESS", "RAY_ADDRESS"), ("RAY_AUTH_TOKN", "RAY_AUTH_TOKEN")],
+)  # fmt: skip
+def test_a_typo_of_our_setting_inside_another_programs_family_is_named(typo: str, meant: str) -> None:
+    from recipe.settings import near_miss_warnings
+
+    assert near_miss_warnings({typo: "1"}) == [f"{typo} is not a setting (ignored); did you mean {meant}?"]
+
+
+@pytest.mark.parametrize(("package", "prefix"), [("ray", "RAY_"), ("huggingface_hub", "HF_"), ("wandb", "WANDB_")])
+def test_no_variable_the_library_really_reads_is_called_a_typo(package: str, prefix: str) -> None:
+    """The names come from the installed library's own source, not from a list kept here."""
+    from recipe.settings import near_miss_warnings
+
+    names = _names_read_by(package, prefix)
+    assert len(names) > 10, names
+    assert near_miss_warnings(dict.fromkeys(names, "1")) == []
+
+
+@pytest.mark.parametrize(
+    ("line", "bad"),
+    [("TP = 4", True), ("TP =4", True), ("TP= 4", True), ("export PP = 2", True), ("TP=4", False), ("# TP = 4", False),
+     ("NAME=a = b", False), ("", False)],
+)  # fmt: skip
+def test_an_env_file_line_with_blanks_around_the_equals_sign_is_named(tmp_path: Path, line: str, bad: bool) -> None:
+    from recipe.settings import env_file_problems
+
+    env_file = tmp_path / ".env"
+    env_file.write_text(f"EP=8\n{line}\n")
+    problems = env_file_problems(env_file)
+    assert bool(problems) is bad
+    if bad:
+        assert problems[0].startswith(f"{env_file}:2: ") and "write " in problems[0]
+
+
+def test_plan_warns_about_the_env_file_it_can_see(tmp_path: Path) -> None:
+    import subprocess
+
+    from .envtools import ENTRYPOINT, HANG_GUARD_S, entrypoint_env
+
+    (tmp_path / ".env").write_text("TP = 4\n")
+    done = subprocess.run([*ENTRYPOINT, "plan"], cwd=tmp_path, env=entrypoint_env(DEVICE="gpu"), capture_output=True,
+                          text=True, timeout=HANG_GUARD_S, check=False)  # fmt: skip
+    assert done.returncode == 0 and "warning: .env:1: TP: blanks around `=`" in done.stderr
+
+
+@pytest.mark.parametrize(("field", "meant"), [("TRAIN_FILE", "TRAIN_FILES"), ("FRAMEWORK", "FRAMEWORKS"), ("MODEL_PAT", "MODEL_PATH")])
+def test_an_allow_drift_field_close_to_a_real_one_is_named(field: str, meant: str) -> None:
+    from recipe.provenance import DRIFT_FIELDS
+    from recipe.settings import Settings, allow_drift_warnings
+
+    known = [*(name.upper() for name in Settings.model_fields), *DRIFT_FIELDS]
+    assert allow_drift_warnings([field, "MY_LR", "TP"], known) == [
+        f"ALLOW_DRIFT names {field}, which is no field a record compares; did you mean {meant}?"
+    ]

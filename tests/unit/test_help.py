@@ -95,3 +95,18 @@ def test_version_from_every_launcher(launcher: list[str]) -> None:
     done = subprocess.run([*argv, "--version"], env=entrypoint_env(), capture_output=True, text=True,
                           timeout=HANG_GUARD_S, check=False, cwd=REPO)  # fmt: skip
     assert (done.returncode, done.stdout) == (0, f"grpo-recipe {__version__}\n"), done.stderr
+
+
+def test_the_console_script_the_readme_names_runs() -> None:
+    """`grpo-recipe`, declared in pyproject.toml and installed by the README's set-up line (editable, compat mode)."""
+    import sys
+    from pathlib import Path
+
+    from recipe import __version__
+
+    script = Path(sys.executable).parent / "grpo-recipe"
+    assert script.is_file(), "grpo-recipe missing: install with the README's set-up line"
+    done = subprocess.run([str(script), "--version"], env=entrypoint_env(), capture_output=True, text=True,
+                          timeout=HANG_GUARD_S, check=False)  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, f"grpo-recipe {__version__}\n"), done.stderr
+    assert "grpo-recipe plan" in (REPO / "README.md").read_text()

@@ -137,10 +137,28 @@ class UserOverride:
     secrets_set: tuple[str, ...] = ()
 
 
+#: Words that name a secret in a config key of any case; the others (TOKEN, KEY, AUTH, SESSION, ...)
+#: only in a name written like an environment variable, since verl's own lower-case keys are full
+#: of them: max_num_batched_tokens, ppo_max_token_len_per_gpu, skip_tokenizer_init.
+_SECRET_IN_ANY_CASE = re.compile(r"PASSW|PASSPHRASE|SECRET|CREDENTIAL|PRIVATE_?KEY|API_?KEY|ACCESS_?KEY")
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a config key (one word of an override's key, or a key inside its value) holds a secret.
+
+    A name written like an environment variable (HF_TOKEN, MY_SERVICE_PASSWORD) follows
+    is_secret_name; a lower-case one only when it is a known secret (hf_token) or holds an
+    unmistakable secret word (api_key, db_password).
+    """
+    if not name or not is_secret_name(name):
+        return False
+    return name == name.upper() or name.upper() in SECRET_VARIABLES or bool(_SECRET_IN_ANY_CASE.search(name.upper()))
+
+
 def shown_override(text: str) -> str:
     """An override as a message quotes it: its value withheld when a word of its key names a secret."""
     key = text.split("=", 1)[0]
-    if "=" in text and any(is_secret_name(word) for word in re.split(r"[.\[\]/@:+~]+", key) if word):
+    if "=" in text and any(is_secret_key(word) for word in re.split(r"[.\[\]/@:+~]+", key) if word):
         return repr(f"{key}=<value withheld: a secret's>")
     return repr(text)
 
@@ -180,7 +198,7 @@ def parse_user_override(text: str, parser: Any) -> UserOverride | str:
 
 def _secrets_set(key: str, value: Any) -> list[str]:
     """The secret names an override gives a value to: the last word of its key, or a key of a dict in its value."""
-    found = [key.rsplit(".", 1)[-1]] if value not in (None, "") and is_secret_name(key.rsplit(".", 1)[-1]) else []
+    found = [key.rsplit(".", 1)[-1]] if value not in (None, "") and is_secret_key(key.rsplit(".", 1)[-1]) else []
     if isinstance(value, dict):
         for name, inner in value.items():
             found += _secrets_set(str(name), inner)

@@ -109,6 +109,52 @@ def _compose_problem(overrides: Sequence[str], config_dir: Path) -> str | None:
     return None
 
 
+def _scalar_type(value: Any) -> str | None:
+    """The type verl's config gives a key by its default (bool, int, float), or None where any text may do."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    return None
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def type_problems(recipe: Sequence[Override], config: Any, extra: Sequence[str], config_dir: Path) -> list[str]:
+    """Overrides after `--` that give a bool, int or float key of verl's config a value of another type.
+
+    verl's YAML is untyped until its trainer turns each section into a dataclass, inside a Ray worker
+    and long after `plan`; so the type is the default's in verl's own config as the recipe composes it.
+    A null default or an interpolation says nothing and is not checked.
+    """
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.to_container(compose_verl_config([str(o) for o in recipe], config_dir), resolve=False)
+    now = OmegaConf.to_container(config, resolve=False)
+    problems = []
+    for text in extra:
+        key = text.split("=", 1)[0].lstrip("+~")
+        found, default = _select(base, key)
+        kind = _scalar_type(default) if found else None
+        if kind is None:
+            continue
+        _, value = _select(now, key)
+        if not (isinstance(value, str) and "${" in value) and not _fits(kind, value):
+            problems.append(
+                f"override {text!r}: {key} is {'a' if kind != 'int' else 'an'} {kind} in verl's config (default "
+                f"{default!r}), not {value!r}; verl would fail on it only when its trainer starts"
+            )
+    return problems
+
+
 def verl_config_problems(recipe: Sequence[Override], overrides: Sequence[str], extra: Sequence[str]) -> list[str]:
     """Compose verl's own config with the final overrides and check what verl would read.
 
@@ -146,7 +192,7 @@ def verl_config_problems(recipe: Sequence[Override], overrides: Sequence[str], e
         # Every problem at once: the others are checked without the ones verl's config rejects.
         return problems + (verl_config_problems(recipe, merge_user_overrides(recipe, rest), rest) if rest else [])
 
-    problems: list[str] = []
+    problems: list[str] = type_problems(recipe, config, extra, config_dir)
     trainer = config.get("trainer")
     mode = OmegaConf.to_container(trainer, resolve=False).get("resume_mode") if trainer is not None else None
     interpolated = trainer is not None and "resume_mode" in trainer and OmegaConf.is_interpolation(trainer, "resume_mode")

@@ -311,3 +311,69 @@ def test_a_secret_word_anywhere_in_a_variable_name_marks_it_secret(
 @pytest.mark.parametrize("name", ["KEYBOARD_LAYOUT", "MONKEY", "PASSAGE_COUNT", "AUTHOR", "HOST_KEYWORD"])
 def test_a_word_that_only_contains_a_secret_word_is_not_a_secret(name: str) -> None:
     assert not is_secret_name(name)
+
+
+# --- issue 26, item 3: a value of the wrong type for verl's config is refused in plan -------------
+
+
+def _typed_leaves() -> list[tuple[str, str]]:
+    """(key, bool|int|float) of every leaf of verl's config, as the recipe composes it, with a typed default."""
+    from recipe.launch import build_overrides
+    from recipe.layout import resolve_layout
+    from recipe.models import QWEN3_5_35B_A3B
+    from recipe.user_overrides import decided_keys
+    from recipe.verl_config import _leaves, _scalar_type, compose_verl_config, verl_config_dir
+    from tests.unit.envtools import settings_of
+
+    settings = settings_of(DEVICE="gpu")
+    recipe = build_overrides(settings, "gpu", resolve_layout(settings, "gpu", QWEN3_5_35B_A3B), {})
+    config = OmegaConf.to_container(compose_verl_config([str(o) for o in recipe], verl_config_dir()), resolve=False)
+    decided = decided_keys(recipe)
+    return sorted(
+        (path, kind) for path, value in _leaves(config)
+        if (kind := _scalar_type(value)) and path not in decided and "[" not in path and not path.startswith("hydra")
+    )  # fmt: skip
+
+
+TYPED_LEAVES = _typed_leaves()
+_WRONG = {"bool": st.sampled_from(["maybe", "1.5", "[1]"]), "int": st.sampled_from(["abc", "1.5", "true"]),
+          "float": st.sampled_from(["abc", "true", "[1.0]"])}  # fmt: skip
+_RIGHT = {"bool": st.sampled_from(["true", "False"]), "int": st.integers(0, 1000).map(str),
+          "float": st.sampled_from(["0.5", "3", "1e-7"])}  # fmt: skip
+
+
+def test_the_typed_keys_are_many() -> None:
+    assert len(TYPED_LEAVES) > 100 and ("actor_rollout_ref.actor.optim.lr", "float") in TYPED_LEAVES
+
+
+@hsettings(max_examples=15)
+@given(data=st.data())
+def test_a_value_of_the_wrong_type_for_verls_config_is_refused_naming_key_value_and_type(data: Any) -> None:
+    key, kind = data.draw(st.sampled_from(TYPED_LEAVES))
+    value = data.draw(_WRONG[kind])
+    [line] = _refused(f"++{key}={value}")  # ++: set or add (the recipe adds some keys verl's YAML lacks)
+    assert line.startswith(f"override '++{key}={value}': {key} is ") and f" {kind} in verl's config" in line
+
+
+@hsettings(max_examples=15)
+@given(data=st.data())
+def test_a_value_of_the_right_type_passes(data: Any) -> None:
+    key, kind = data.draw(st.sampled_from(TYPED_LEAVES))
+    value = data.draw(_RIGHT[kind])
+    assert f"++{key}={value}" in _plan((f"++{key}={value}",)).overrides
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["actor_rollout_ref.rollout.max_num_batched_tokens=8192", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
+     "reward.reward_model.rollout.skip_tokenizer_init=true", "+my_section={session_length: 3, keyboard: us}"],
+)  # fmt: skip
+def test_verls_token_count_keys_are_not_secrets(override: str) -> None:
+    """TOKEN names a secret in HF_TOKEN, not in max_num_batched_tokens: lower-case config keys are verl's own."""
+    assert override in _plan((override,)).overrides
+
+
+@pytest.mark.parametrize("name", ["hf_token", "api_key", "db_password", "client_secret", "aws_access_key_id"])
+def test_a_lower_case_key_that_is_plainly_a_secret_is_still_refused(name: str) -> None:
+    problems = _refused(f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}=s3cr3t_value_123")
+    assert all("s3cr3t_value_123" not in p for p in problems) and any("gives the secret" in p for p in problems)

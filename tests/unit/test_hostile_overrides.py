@@ -346,7 +346,7 @@ def test_the_typed_keys_are_many() -> None:
     assert len(TYPED_LEAVES) > 100 and ("actor_rollout_ref.actor.optim.lr", "float") in TYPED_LEAVES
 
 
-@hsettings(max_examples=15)
+@hsettings(max_examples=8)
 @given(data=st.data())
 def test_a_value_of_the_wrong_type_for_verls_config_is_refused_naming_key_value_and_type(data: Any) -> None:
     key, kind = data.draw(st.sampled_from(TYPED_LEAVES))
@@ -355,7 +355,7 @@ def test_a_value_of_the_wrong_type_for_verls_config_is_refused_naming_key_value_
     assert line.startswith(f"override '++{key}={value}': {key} is ") and f" {kind} in verl's config" in line
 
 
-@hsettings(max_examples=15)
+@hsettings(max_examples=8)
 @given(data=st.data())
 def test_a_value_of_the_right_type_passes(data: Any) -> None:
     key, kind = data.draw(st.sampled_from(TYPED_LEAVES))

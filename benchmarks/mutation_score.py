@@ -32,7 +32,9 @@ MODULES = {
     "allocator": [f"{U}/test_allocator.py"],
     "chip": [f"{U}/test_chip.py"],
     "cli": [f"{U}/test_cli.py"],
-    "cluster/rules": [f"{U}/cluster/test_rules.py", f"{U}/test_hostile_settings.py", f"{U}/test_layout.py"],
+    # test_hostile_settings.py checks these rules too, but one of its tests runs the entrypoint from another
+    # folder, which fails inside mutmut's copy (mutmut 3.8.1); it is left out of the selection.
+    "cluster/rules": [f"{U}/cluster/test_rules.py", f"{U}/test_layout.py"],
     "cluster/ray_node": [f"{U}/cluster/test_ray_node.py"],
     # The Ray half: tests/unit/cluster/test_with_real_ray.py runs real Ray, too slow per mutant.
     "cluster/readiness": [f"{U}/cluster/test_readiness.py"],

@@ -39,7 +39,7 @@ MODULES = {
     # The Ray half: tests/unit/cluster/test_with_real_ray.py runs real Ray, too slow per mutant.
     "cluster/readiness": [f"{U}/cluster/test_readiness.py"],
     "cluster/supervisors": [f"{U}/cluster/test_supervisors.py"],
-    "data/atomic": [f"{D}/test_atomic.py"],
+    "atomic": [f"{U}/test_atomic.py"],
     "data/command": [f"{D}/test_command.py"],
     "data/errors": [f"{D}/test_command.py"],
     "data/guard": [f"{D}/test_hostile_sources.py"],

@@ -6,7 +6,7 @@ ray or verl.
 The rooms, each importing only rooms above it (tests/unit/test_import_rooms.py checks that
 no module reaches itself):
 
-    hydra_text, errors                    text Hydra reads back literally; the error type
+    hydra_text, errors, atomic            text Hydra reads back literally; the error type; atomic writes
     settings, device, models, chip        inputs: the environment, the machine, the model, the npu chip
     cluster.rules, layout, allocator      the rules a plan must satisfy
     launch, user_overrides, verl_config   the overrides (the recipe's, the user's, composed in verl's config)

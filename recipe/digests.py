@@ -24,11 +24,12 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from recipe.atomic import atomic_write
 
 #: Largest data file (TRAIN_FILES, VAL_FILES, a file of a --source tree) hashed: about 85 s once.
 MAX_DATA_BYTES = 64 << 30
@@ -164,14 +165,7 @@ def _store_cache(cache_file: Path, cache: Mapping[str, Any]) -> None:
     if not _private_dir(cache_file.parent, create=True):
         return
     try:
-        handle, temp = tempfile.mkstemp(dir=cache_file.parent, prefix=".sha256.")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                json.dump(cache, out)
-            os.replace(temp, cache_file)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        atomic_write(cache_file, lambda out: out.write(json.dumps(cache).encode("utf-8")))
     except OSError:
         pass
 

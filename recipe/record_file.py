@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from recipe.atomic import atomic_write
 from recipe.digests import FileRefused, open_regular, read_bounded
 
 RECORD_NAME = "run-record.json"
@@ -135,16 +135,7 @@ def record_bytes(record: Mapping[str, Any], started: datetime | None = None) -> 
 
 def _replace_atomically(directory: Path, data: bytes) -> Path:
     """Write `data` to directory/RECORD_NAME by a renamed temporary file (a link there is replaced, not followed)."""
-    handle, temp = tempfile.mkstemp(prefix=f".{RECORD_NAME}.", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, directory / RECORD_NAME)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    atomic_write(directory / RECORD_NAME, lambda out: out.write(data))
     return directory / RECORD_NAME
 
 

@@ -17,13 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from recipe.data.atomic import AtomicFileSet, remove_stale_temps
+from recipe.atomic import AtomicFileSet, remove_stale_temps
 from recipe.data.errors import DataPreparationError, RowError, SourceDataError
-from recipe.data.guard import DEFAULT_MAX_IMAGE_BYTES, ImagePolicy, printable, shown, summarise
+from recipe.data.guard import (
+    DEFAULT_MAX_IMAGE_BYTES,
+    ImagePolicy,
+    printable,
+    shown,
+    summarise,
+)
 from recipe.data.source import describe_exception, load_source
 from recipe.data.specs import SPECS, SPLITS, DatasetName, DatasetSpec, output_features
-from recipe.errors import RecipeConfigError
 from recipe.digests import MAX_DATA_BYTES, FileRefused, sha256_file
+from recipe.errors import RecipeConfigError
 
 if TYPE_CHECKING:
     import datasets

@@ -353,7 +353,7 @@ def test_the_manifest_always_describes_the_files_beside_it(
     """A rewrite that fails before anything is put in place leaves the old manifest with the old files."""
     import errno
 
-    from recipe.data import atomic
+    from recipe import atomic
 
     out = tmp_path / "out"
     prepare_dataset("geo3k", out, geo3k_source, progress=quiet)

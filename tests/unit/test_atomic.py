@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 import pytest
 
-from recipe.data.atomic import AtomicFileSet, atomic_write, remove_stale_temps
+from recipe.atomic import AtomicFileSet, atomic_write, remove_stale_temps
 
 
 class Injected(Exception):

@@ -16,9 +16,9 @@ from typing import Callable, Literal, Mapping
 
 Device = Literal["gpu", "npu"]
 
-#: Devices per node when NDEVICES_PER_NODE is unset: 8 GPUs; on npu the chip decides (recipe.chip:
-#: 16 on a3, 8 cards of 2 dies; 8 on 910b), 16 being the default chip's.
-DEFAULT_DEVICES_PER_NODE: dict[Device, int] = {"gpu": 8, "npu": 16}
+#: GPUs per node when NDEVICES_PER_NODE is unset; on npu the chip decides (recipe.chip.CHIPS:
+#: 16 on a3, 8 cards of 2 dies; 8 on 910b).
+DEFAULT_GPUS_PER_NODE = 8
 
 _NVIDIA_NODE = re.compile(r"^nvidia(\d+)$")
 _DAVINCI_NODE = re.compile(r"^davinci(\d+)$")

@@ -12,7 +12,7 @@ from typing import Any
 
 from recipe.cluster.rules import cluster_problems, ray_auth_problems
 from recipe.chip import CHIPS, DEFAULT_CHIP, Chip
-from recipe.device import DEFAULT_DEVICES_PER_NODE, Device
+from recipe.device import DEFAULT_GPUS_PER_NODE, Device
 from recipe.errors import RecipeConfigError
 from recipe.models import ModelArchitecture
 from recipe.settings import Settings
@@ -96,7 +96,7 @@ def resolve_layout(
 
         defaults, label = dict(SMOKE_LAYOUT), "smoke profile"
     else:
-        per_node = CHIPS[chip].devices_per_node if device == "npu" else DEFAULT_DEVICES_PER_NODE[device]
+        per_node = CHIPS[chip].devices_per_node if device == "npu" else DEFAULT_GPUS_PER_NODE
         defaults = {**DEVICE_DEFAULTS[device], **(CHIP_DEFAULTS[chip] if device == "npu" else {}), "NDEVICES_PER_NODE": per_node}
         label = f"default for {device}" + (f" ({chip})" if device == "npu" else "")
     for name, default in defaults.items():

@@ -343,24 +343,19 @@ def near_miss_warnings(environ: Mapping[str, str]) -> list[str]:
     names = sorted(name.upper() for name in Settings.model_fields)
     warnings = []
     for variable in sorted(environ):
-        if (
-            variable in names
-            or variable in FOREIGN_NAMES
-            or variable.startswith(FOREIGN_PREFIXES)
-            or not re.fullmatch(r"[A-Z][A-Z0-9_]*", variable)
-        ):
+        if variable in names:
             continue
-        close = difflib.get_close_matches(variable, names, n=1, cutoff=TYPO_CUTOFF)
-        if close:
-            warnings.append(f"{variable} is not a setting (ignored); did you mean {close[0]}?")
-    # Our own settings inside other programs' families (RAY_WAIT_TIMEOUT, HF_TOKEN, WANDB_API_KEY):
-    # a near miss there is compared with a stricter cutoff, since those families hold many real names
-    # close to ours (RAY_GCS_PORT and RAY_PORT are 0.8 apart, RAY_WAIT_TIMOUT and RAY_WAIT_TIMEOUT 0.97).
-    for variable in sorted(environ):
-        if variable in names or not variable.startswith(FOREIGN_PREFIXES):
+        if variable.startswith(FOREIGN_PREFIXES):
+            # Our own settings inside other programs' families (RAY_WAIT_TIMEOUT, HF_TOKEN, WANDB_API_KEY)
+            # are compared with a stricter cutoff, since those families hold many real names close to
+            # ours (RAY_GCS_PORT and RAY_PORT are 0.8 apart, RAY_WAIT_TIMOUT and RAY_WAIT_TIMEOUT 0.97).
+            candidates = [name for name in names if name.split("_", 1)[0] == variable.split("_", 1)[0]]
+            cutoff = FAMILY_TYPO_CUTOFF
+        elif variable in FOREIGN_NAMES or not re.fullmatch(r"[A-Z][A-Z0-9_]*", variable):
             continue
-        family = [name for name in names if name.split("_", 1)[0] == variable.split("_", 1)[0]]
-        close = difflib.get_close_matches(variable, family, n=1, cutoff=FAMILY_TYPO_CUTOFF)
+        else:
+            candidates, cutoff = names, TYPO_CUTOFF
+        close = difflib.get_close_matches(variable, candidates, n=1, cutoff=cutoff)
         if close:
             warnings.append(f"{variable} is not a setting (ignored); did you mean {close[0]}?")
     return warnings

@@ -79,11 +79,13 @@ def test_megatron_engine_and_bridge_ran(e2e: E2ERun) -> None:
     assert "Converting to HuggingFace" in log
 
 
-def test_every_weight_sync_writes_every_vllm_parameter(e2e: E2ERun) -> None:
+def test_every_weight_sync_writes_every_vllm_parameter(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
     """Each sync from Megatron into vLLM writes all of vLLM's parameters (experts included): the harness sets them
-    to NaN before the sync and counts those still NaN after it (tests/e2e/cpu/vllm_patches.py). The first run syncs
-    at start and after step 1, the resumed one at start (from the checkpoint) and after step 2."""
-    for run, least in ((e2e.first, 2), (e2e.second, 2)):
+    to NaN before the sync and counts those still NaN after it (tests/e2e/cpu/vllm_patches.py). The uninterrupted
+    run syncs at start and after each of its 2 steps; the resumed one at start (from the checkpoint) and after step
+    2. The killed run is sure of its start sync only: the vLLM worker's line after step 1 reaches the log through
+    Ray's log monitor, which may be later than the trainer's `step:1` line that triggers the kill."""
+    for run, least in ((e2e.first, 1), (e2e.second, 2), (e2e_reference.run, 3)):
         syncs = [match.groups() for match in _SYNC.finditer(run.text())]
         assert len(syncs) >= least, f"{run.log}: {len(syncs)} weight syncs logged"
         for written, total, missing in syncs:

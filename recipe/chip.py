@@ -42,11 +42,13 @@ class ChipFacts:
     soc_versions: range
     #: What an owner calls the machine.
     product: str
+    #: HBM of one logical NPU, GiB (an A3 card's 128 GB is two dies of 64; Atlas 800T A2's 910B has 64).
+    memory_gib: int
 
 
 CHIPS: dict[Chip, ChipFacts] = {
-    "a3": ChipFacts(16, "A3", range(250, 256), "Atlas A3, 910C"),
-    "910b": ChipFacts(8, "A2", range(220, 226), "Atlas A2, 910B"),
+    "a3": ChipFacts(16, "A3", range(250, 256), "Atlas A3, 910C", 64),
+    "910b": ChipFacts(8, "A2", range(220, 226), "Atlas A2, 910B", 64),
 }
 
 

@@ -210,7 +210,8 @@ def build_overrides(
         _add(o, f"{section}.log_prob_max_token_len_per_gpu", 4096)
     _add(o, f"{rollout}.calculate_log_probs", True)
     if npu:
-        # vllm-ascend: the multimodal processor cache costs NPU memory the colocated trainer needs.
+        # Upstream's npu setting, kept. Not a fix of the cache desync after sleep (vllm#42995, verl#7067): that is
+        # vLLM's, on both targets, and fixed in vLLM 0.22.0, which both images exceed (docs/troubleshooting.md).
         _add(o, f"{rollout}.engine_kwargs.vllm.mm_processor_cache_gb", 0, prefix="+")
 
     # Trainer

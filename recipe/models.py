@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe.errors import RecipeConfigError
+from recipe.model_sizes import QWEN3_5_35B_A3B_CONFIG, ModelSizes, SizesUnknown, sizes_from_config
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,13 @@ _OPTIONAL = {"linear_key_heads", "linear_value_heads"}
 
 @dataclass(frozen=True)
 class ModelSource:
-    """The architecture in use and where it was read from."""
+    """The architecture in use and where it was read from, with its parameter counts for the memory estimate."""
 
     architecture: ModelArchitecture
     source: str
+    #: None when config.json lacks a number the memory estimate needs (`sizes_problem` says which).
+    sizes: ModelSizes | None = None
+    sizes_problem: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for `plan --json`."""
@@ -152,7 +156,11 @@ def load_architecture(model_path: Path) -> ModelSource:
     try:
         os.lstat(config_file)
     except FileNotFoundError:
-        return ModelSource(QWEN3_5_35B_A3B, f"built-in profile {QWEN3_5_35B_A3B.name} ({config_file} not found)")
+        return ModelSource(
+            QWEN3_5_35B_A3B,
+            f"built-in profile {QWEN3_5_35B_A3B.name} ({config_file} not found)",
+            sizes_from_config(QWEN3_5_35B_A3B_CONFIG),
+        )
     except NotADirectoryError:
         raise RecipeConfigError([f"MODEL_PATH={name!r}: is not a directory"]) from None
     except OSError as exc:
@@ -166,4 +174,8 @@ def load_architecture(model_path: Path) -> ModelSource:
         raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json is unreadable ({exc})"]) from None
     if not isinstance(config, dict):
         raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json is not a JSON object"])
-    return ModelSource(architecture_from_config(config, name), str(config_file))
+    architecture = architecture_from_config(config, name)
+    try:
+        return ModelSource(architecture, str(config_file), sizes_from_config(config))
+    except SizesUnknown as unknown:
+        return ModelSource(architecture, str(config_file), None, str(unknown))

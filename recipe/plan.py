@@ -28,6 +28,7 @@ from recipe.launch import (
     trainer_argv,
 )
 from recipe.layout import ParallelLayout, resolve_layout
+from recipe.memory_fit import EstimateSkipped, MemoryEstimate, device_memory, estimate, workload_from_overrides
 from recipe.models import ModelSource, load_architecture
 from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
@@ -62,6 +63,9 @@ class Plan:
     drift_accepted: list[str] = field(default_factory=list)
     #: On npu, the chip assumed and why ({"name", "reason"}); None on gpu.
     chip: dict[str, str] | None = None
+    #: Will it fit (recipe.memory_fit); None with `memory_skipped` saying why when it cannot be estimated.
+    memory: MemoryEstimate | None = None
+    memory_skipped: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready document (secrets redacted)."""
@@ -78,6 +82,7 @@ class Plan:
             "provenance": self.provenance,
             "drift_accepted": self.drift_accepted,
             "chip": self.chip,
+            "memory": self.memory.to_dict() if self.memory else {"skipped": self.memory_skipped},
         }
 
     def to_json(self) -> str:
@@ -98,6 +103,11 @@ class Plan:
         if defaulted:
             lines.append(f"         defaults used for: {', '.join(defaulted)}")
         lines.append(f"memory   {self.allocator.variable}={self.allocator.value or '(unset)'}: {self.allocator.reason}")
+        if self.memory:
+            lines += [f"{'fit' if i == 0 else '':<8} {line}" for i, line in enumerate(self.memory.to_text())]
+            lines += [f"warning  {line}" for line in self.memory.warnings()]
+        else:
+            lines.append(f"fit      no memory-fit estimate: {self.memory_skipped}")
         lines.append("env      " + " ".join(f"{k}={'(unset)' if v is None else v}" for k, v in self.env.items()))
         for line in self.drift_accepted:
             lines.append(f"drift    {line}")
@@ -174,6 +184,9 @@ def build_plan(
         # Only what the user adds after `--` can make verl read something the plan does not show.
         problems += verl_config_problems(recipe_overrides, overrides, accepted)
     problems += _checkpoint_root_problems(settings, overrides) + _data_file_problems(settings)
+    memory, memory_skipped = _memory_estimate(settings, device.name, chip, model, layout, overrides)
+    if memory:
+        problems += memory.problems()
     if problems:
         raise RecipeConfigError(problems)
     record = build_record(
@@ -193,7 +206,23 @@ def build_plan(
     return Plan(
         settings, device, model, layout, allocator, env, overrides, trainer_argv(overrides), record, drift_accepted,
         {"name": chip, "reason": chip_reason} if device.name == "npu" else None,
+        memory,
+        memory_skipped,
     )
+
+
+def _memory_estimate(
+    settings: Settings, device: str, chip: Chip, model: ModelSource, layout: ParallelLayout, overrides: Sequence[str]
+) -> tuple[MemoryEstimate | None, str | None]:
+    """The plan's memory estimate, or None and why there is none."""
+    if model.sizes is None:
+        return None, f"{model.sizes_problem} ({model.source})"
+    try:
+        work = workload_from_overrides(overrides)
+    except EstimateSkipped as skipped:
+        return None, str(skipped)
+    gib, source = device_memory(settings.device_memory_gib, device, chip)
+    return estimate(model.sizes, layout, work, device, gib, source), None  # type: ignore[arg-type]
 
 
 def _assumed_chip(environ: Mapping[str, str]) -> tuple[Chip, str]:

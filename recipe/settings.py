@@ -80,6 +80,14 @@ class Settings(BaseSettings):
         None, description="Accelerators per node (gpu default 8; npu: 16 on a3, 8 cards of 2 dies; 8 on 910b)."
     )
 
+    device_memory_gib: float | None = Field(
+        None,
+        gt=0,
+        le=4096,
+        allow_inf_nan=False,
+        description="Memory of one device in GiB for plan's memory-fit estimate (default: 80 on gpu, the chip's on npu).",
+    )
+
     # --- several nodes ------------------------------------------------------
     node_rank: int = Field(0, ge=0, description="This node's rank; 0 starts the Ray head and the trainer.")
     master_addr: str | None = Field(

@@ -10,10 +10,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from recipe.cluster.ray_node import NodeOptions, start_head, start_worker
 from recipe.cluster.readiness import head_reachable, wait_for_nodes
 from recipe.cluster.rules import ClusterError, RayRole, ResourceName, split_address
+from recipe.cluster.shared_storage import ROOT_VARIABLE, check_shared_storage
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +66,14 @@ def run_head(
     log_path: str | None = None,
     run_trainer: TrainerRunner = _run_plainly,
     head_timeout_s: float | None = None,
+    checkpoint_dir: str = "",
 ) -> int:
-    """NODE_RANK 0: start the head, wait for every node, run the trainer, stop the head.
+    """NODE_RANK 0: start the head, wait for every node, check they share the checkpoint root, run the trainer.
 
     The trainer gets RAY_ADDRESS so verl's ``ray_init.address=auto`` finds this
-    cluster. Returns the trainer's exit code; ClusterError if the nodes never came.
-    ``head_timeout_s``: see :func:`wait_for_nodes`.
+    cluster. Returns the trainer's exit code; ClusterError if the nodes never came,
+    RecipeConfigError if a node cannot read the checkpoint root (``env``'s ROOT_VARIABLE,
+    when set; CHECKPOINT_DIR named as ``checkpoint_dir``). ``head_timeout_s``: see :func:`wait_for_nodes`.
     """
     if role.kind != "head" or role.address is None:
         raise ValueError(f"run_head needs a head role, got {role.kind}")
@@ -77,9 +81,12 @@ def run_head(
     _, port = split_address(role.address)
     with _stop_on_sigterm(), start_head(port, options=options, env=base_env,
                                         log_path=log_path) as node:
-        wait_for_nodes(role.address, role.nnodes, resource_name, devices_per_node, timeout_s,
-                       poll_interval_s=poll_interval_s, head=node,
-                       node_ip_address=options.node_ip_address, head_timeout_s=head_timeout_s)
+        nodes = wait_for_nodes(role.address, role.nnodes, resource_name, devices_per_node, timeout_s,
+                               poll_interval_s=poll_interval_s, head=node,
+                               node_ip_address=options.node_ip_address, head_timeout_s=head_timeout_s)
+        if base_env.get(ROOT_VARIABLE):
+            check_shared_storage(role.address, nodes, Path(base_env[ROOT_VARIABLE]), checkpoint_dir,
+                                 options.node_ip_address)
         trainer_env = {**base_env, "RAY_ADDRESS": role.address}
         return run_trainer(trainer_argv, trainer_env)
 
@@ -95,13 +102,17 @@ def run_joined(
     poll_interval_s: float = 2.0,
     node_ip_address: str | None = None,
     run_trainer: TrainerRunner = _run_plainly,
+    checkpoint_dir: str = "",
 ) -> int:
-    """RAY_ADDRESS set (KubeRay): wait for the nodes of that cluster, then run the trainer."""
+    """RAY_ADDRESS set (KubeRay): wait for the nodes of that cluster, check they share the checkpoint root, train."""
     if role.kind != "join-existing" or role.address is None:
         raise ValueError(f"run_joined needs a join-existing role, got {role.kind}")
-    wait_for_nodes(role.address, role.nnodes, resource_name, devices_per_node, timeout_s,
-                   poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)
-    return run_trainer(trainer_argv, dict(os.environ if env is None else env))
+    base_env = dict(os.environ if env is None else env)
+    nodes = wait_for_nodes(role.address, role.nnodes, resource_name, devices_per_node, timeout_s,
+                           poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)
+    if base_env.get(ROOT_VARIABLE):
+        check_shared_storage(role.address, nodes, Path(base_env[ROOT_VARIABLE]), checkpoint_dir, node_ip_address)
+    return run_trainer(trainer_argv, base_env)
 
 
 def run_worker(

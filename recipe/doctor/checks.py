@@ -325,8 +325,12 @@ def build_plan(
     driver: Callable[[], facts.DriverFacts],
     environ: Mapping[str, str],
     timeout_s: float | None,
+    assumed_memory: tuple[float, str] | None = None,
 ) -> Plan:
-    """Every check for this device and machine; probes split over the usable cores."""
+    """Every check for this device and machine; probes split over the usable cores.
+
+    `assumed_memory` is the device memory plan's estimate assumes (GiB, where the figure comes from).
+    """
     plan = Plan()
     limit = {k: timeout_s or v for k, v in DEFAULT_TIMEOUTS_S.items()}
     in_image = labels is not None
@@ -396,7 +400,8 @@ def build_plan(
         args = {"device_type": device_type}
         steps = [
             Step("devices", "devices", "device", limit["device"], {**args, "nodes": detection.visible_devices}),
-            Step("memory", "memory", "device", limit["device"], args),
+            Step("memory", "memory", "device", limit["device"],
+                 {**args, **({"assumed_gib": assumed_memory[0], "assumed_source": assumed_memory[1]} if assumed_memory else {})}),
             Step("matmul", "matmul", "device", limit["device"], args),
             Step("expandable_segments", "expandable_segments", "device", limit["device"], args),
             Step("collective", "collective", "device", limit["device"], {**args, "backend": backend}),

@@ -36,13 +36,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from recipe import __version__
-from recipe.chip import chip_problem
+from recipe.chip import assumed_chip, chip_problem
 from recipe.device import detect_device
 from recipe.doctor import checks, facts
 from recipe.doctor.runner import CheckResult, run_probe
 from recipe.errors import RecipeConfigError, report_errors
 from recipe.export.report import printable
 from recipe.help import add_command
+from recipe.memory_fit import device_memory
 
 EXIT_OK, EXIT_FAILED, EXIT_CANNOT_RUN = 0, 1, 2
 #: Version of the `--json` document's shape; bumped when a field changes meaning or goes away.
@@ -200,6 +201,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         driver=driver,
         environ=environ,
         timeout_s=args.timeout,
+        assumed_memory=device_memory(settings.device_memory_gib, device, assumed_chip(labels[0] if labels else None)[0]),
     )
     if args.only:
         def keep(name: str) -> bool:

@@ -37,6 +37,9 @@ SEGMENT_BYTES = 64 << 20
 MATMUL_SIZE = 512
 #: A device with less free memory than this fraction of its total is reported (warn).
 MIN_FREE_FRACTION = 0.8
+#: A device's total below this share of the memory plan assumes is a warning: the driver reports a little less
+#: than the marketed size (an H100 80GB: 79.2 GiB), never a tenth less.
+ASSUMED_MEMORY_SHARE = 0.9
 
 
 class StepFailed(Exception):
@@ -301,8 +304,9 @@ def step_devices(out: Outcome, device_type: str, nodes: int) -> None:
         out.ok(summary)
 
 
-def step_memory(out: Outcome, device_type: str) -> None:
-    """Free memory of every device, read before this process allocates anything there."""
+def step_memory(out: Outcome, device_type: str, assumed_gib: float | None = None, assumed_source: str = "") -> None:
+    """Free memory of every device, read before this process allocates anything there, and its total against the
+    figure plan's memory-fit estimate assumes (a device with less is a warning naming DEVICE_MEMORY_GIB)."""
     module = accelerator(device_type)
     if not hasattr(module, "mem_get_info"):
         raise StepFailed(f"torch.{device_type} has no mem_get_info")
@@ -312,14 +316,20 @@ def step_memory(out: Outcome, device_type: str) -> None:
         free, total = module.mem_get_info(index)
         rows.append((index, free, total))
         if total and free < MIN_FREE_FRACTION * total:
-            low.append(f"{device_type}:{index} {free / gib:.1f} of {total / gib:.1f} GiB free")
+            low.append(f"{device_type}:{index} {free / gib:.1f} of {total / gib:.1f} GiB free (held by another process?)")
     if not rows:
         raise StepFailed(f"no {device_type} device")
     frees = [free / gib for _, free, _ in rows]
     totals = {round(total / gib, 1) for _, _, total in rows}
     summary = f"{min(frees):.1f}-{max(frees):.1f} GiB free of {'/'.join(str(t) for t in sorted(totals))} GiB"
+    smallest = min(total for _, _, total in rows) / gib
+    if assumed_gib is not None and smallest < ASSUMED_MEMORY_SHARE * assumed_gib:
+        low.append(
+            f"plan's memory-fit estimate assumes {assumed_gib:g} GiB ({assumed_source}), the driver reports "
+            f"{smallest:.1f}: set DEVICE_MEMORY_GIB={smallest:.0f}"
+        )
     if low:
-        out.warn(f"{summary}; held by another process? {'; '.join(low)}")
+        out.warn(f"{summary}; {'; '.join(low)}")
     else:
         out.ok(f"{summary} on each of {len(rows)} device(s)")
 

@@ -21,6 +21,7 @@ from typing import Any, Iterator, Sequence
 
 from recipe.chip import chip_problem
 from recipe.cluster import rules, supervisors
+from recipe.cluster.shared_storage import ROOT_VARIABLE
 from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
 from recipe.export.watch import watch_exports
@@ -159,8 +160,9 @@ def run_command(plan: Plan) -> int:
     smoke_root = _smoke_assets_root(settings)
     if smoke_root is not None:
         _prepare_smoke(smoke_root)
-    # The raylet of every node inherits this environment, so Ray workers see it too.
-    env = _trainer_environment(plan)
+    # The raylet of every node inherits this environment, so Ray workers see it too: each node's
+    # checkpoint root among it, read back by the head's shared-storage check (recipe.cluster.shared_storage).
+    env = {**_trainer_environment(plan), ROOT_VARIABLE: str(checkpoint_root(settings))}
     logger.info("Ray: %s", role.reason)
     if role.kind == "worker":
         return supervisors.run_worker(
@@ -179,6 +181,7 @@ def run_command(plan: Plan) -> int:
                 timeout_s=settings.ray_wait_timeout,
                 env=env,
                 run_trainer=_run_trainer,
+                checkpoint_dir=str(settings.checkpoint_dir),
             )
     # After the watcher's last sweep: the verdict reads its report of the final save.
     return _judge_smoke(plan, code) if settings.profile == "smoke" else code

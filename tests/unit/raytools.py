@@ -94,8 +94,11 @@ def worker_role(port: int, nnodes: int = 2, rank: int = 1) -> rules.RayRole:
 @contextmanager
 def ray_nodes(tmp: Path, logs: Path, env: Mapping[str, str], *, head: Mapping[str, float] | None = None,
               worker: Mapping[str, float] | None = None, head_gpus: int | None = None,
-              worker_gpus: int | None = None, with_worker: bool = True) -> Iterator[str]:
+              worker_gpus: int | None = None, with_worker: bool = True,
+              worker_env: Mapping[str, str] | None = None) -> Iterator[str]:
     """A head (and a worker, unless with_worker=False) started by pid; yields the head's address.
+
+    `worker_env`: the worker's own environment (default `env`), as another machine's would be.
 
     Both are up and registered when the body runs (a condition, not a sleep), and both are
     ended by pid on the way out, whatever happened.
@@ -111,7 +114,7 @@ def ray_nodes(tmp: Path, logs: Path, env: Mapping[str, str], *, head: Mapping[st
             nodes.append(ray_node.start_worker(
                 address, 1, options=node_options(tmp, "w", WORKER_IP, head=False, devices=worker,
                                                  num_gpus=worker_gpus),
-                env=env, log_path=str(logs / "worker.log")))
+                env=env if worker_env is None else worker_env, log_path=str(logs / "worker.log")))
         # Every node registered, whatever devices it has: each has its one CPU.
         readiness.wait_for_nodes(address, len(nodes), "CPU", 1, timeout_s=RAY_TEST_TIMEOUT_S,  # type: ignore[arg-type]
                                poll_interval_s=0.5, head=nodes[0], node_ip_address=HEAD_IP)

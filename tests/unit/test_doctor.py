@@ -505,3 +505,52 @@ def test_what_only_the_image_provides_counts_against_the_node_only_in_an_image(t
         assert document["summary"]["image_only"] == ["import:mathruler"]
     text = doctor(tmp_path, "--only", "import:mathruler", pythonpath=fakes, in_image=in_image).stdout
     assert ("not counted against this node: import:mathruler" in text) is not in_image
+
+
+# --- device memory against what plan's estimate assumes -------------------------------------------
+
+
+class _Accelerator:
+    """torch.cuda's memory calls as a node with these devices answers them (no device here)."""
+
+    def __init__(self, totals_gib: list[float]) -> None:
+        self.totals = [int(gib * (1 << 30)) for gib in totals_gib]
+
+    def device_count(self) -> int:
+        return len(self.totals)
+
+    def mem_get_info(self, index: int) -> tuple[int, int]:
+        return self.totals[index], self.totals[index]
+
+
+@pytest.mark.parametrize(
+    ("totals", "status"),
+    [([79.2] * 8, "ok"), ([141.0] * 8, "ok"), ([79.2, 70.0], "warn"), ([39.4] * 8, "warn")],
+)
+def test_memory_warns_when_a_device_has_less_than_plan_assumes(
+    monkeypatch: pytest.MonkeyPatch, totals: list[float], status: str
+) -> None:
+    """An H100 80GB reports 79.2 GiB: that is the 80 GiB plan assumes; a device with a tenth less is a warning
+    naming the DEVICE_MEMORY_GIB that would make plan's estimate right."""
+    from recipe.doctor import probe
+
+    monkeypatch.setattr(probe, "accelerator", lambda device_type: _Accelerator(totals))
+    out = probe.Outcome()
+    probe.step_memory(out, "cuda", 80, "an H100 or A100 80GB")
+    assert out.status == status, out.reason
+    if status == "warn":
+        assert f"assumes 80 GiB (an H100 or A100 80GB), the driver reports {min(totals):.1f}" in out.reason
+        assert f"DEVICE_MEMORY_GIB={min(totals):.0f}" in out.reason
+
+
+def test_the_memory_check_is_given_what_plan_assumes(tmp_path: Path) -> None:
+    from recipe.device import DeviceDetection
+    from recipe.doctor import facts
+
+    plan = checks.build_plan(
+        "gpu", DeviceDetection("gpu", "setting", "test", visible_devices=8),
+        checkpoint_dir=tmp_path, expandable_segments=True, labels=None, info_dir=tmp_path,
+        driver=lambda: facts.DriverFacts(), environ={}, timeout_s=None, assumed_memory=(141.0, "DEVICE_MEMORY_GIB"),
+    )  # fmt: skip
+    (memory,) = [step for probe in plan.probes for step in probe.steps if step.name == "memory"]
+    assert memory.args == {"device_type": "cuda", "assumed_gib": 141.0, "assumed_source": "DEVICE_MEMORY_GIB"}

@@ -48,7 +48,9 @@ CHANGES: dict[str, tuple[object, dict[str, object]]] = {
     "TOTAL_EPOCHS": (3, {}),
     "TRAIN_BATCH_SIZE": (64, {}),
     "ROLLOUT_N": (8, {}),
-    "OFFLOAD": (False, {}),
+    # Without offload the trainer's weights stay while vLLM is awake: an H200's 141 GiB holds both (recipe.memory_fit).
+    "OFFLOAD": (False, {"DEVICE_MEMORY_GIB": 141}),
+    "DEVICE_MEMORY_GIB": (141, {}),
     "EXPORT_STRICT": (True, {}),
     "SEED": (7, {}),
     "EXPANDABLE_SEGMENTS": (False, {}),

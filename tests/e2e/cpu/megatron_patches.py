@@ -459,3 +459,39 @@ def _adam_step_from_the_checkpoint(module: types.ModuleType) -> None:
         return result
 
     cls.load_state_dict = load_state_dict
+
+
+#: Logged once per process, after the actor's first optimizer step: what the Megatron worker really holds
+#: (tests/e2e/test_memory_fit.py compares it with recipe.memory_fit's estimate of the same model and layout).
+HELD_LINE = "actor holds after its first optimizer step: weights={weights} gradients={gradients} optimizer={optimizer} bytes"
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@after_import("megatron.core.optimizer.optimizer")
+def _report_held_bytes(module: types.ModuleType) -> None:
+    """A measurement, not a workaround: after the first ChainedOptimizer.step, the bytes of the model's parameters,
+    of their main gradients (views into the DDP buffers, without the buffers' padding), and of the optimizer's
+    fp32 master parameters and per-parameter state (Adam's moments; the step counters are scalars)."""
+    cls = module.ChainedOptimizer
+    original = cls.step
+    reported: list[bool] = []
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if not reported:
+            reported.append(True)
+            params = list({id(p): p for chunk in self.model_chunks for p in chunk.parameters()}.values())
+            grads = [p.main_grad for p in params if getattr(p, "main_grad", None) is not None]
+            master, state = [], []
+            for optimizer in self.chained_optimizers:
+                inner = optimizer.optimizer
+                for group in inner.param_groups:
+                    master += list(group["params"])
+                state += [t for s in inner.state.values() for t in s.values() if isinstance(t, torch.Tensor) and t.numel() > 1]
+            log(HELD_LINE.format(weights=_bytes(params), gradients=_bytes(grads), optimizer=_bytes(master) + _bytes(state)))
+        return result
+
+    cls.step = step

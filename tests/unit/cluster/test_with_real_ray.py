@@ -192,3 +192,30 @@ def test_sigterm_stops_trainer_and_head(tmp_path: Path, short_tmp: Path,
     assert code == 128 + signal.SIGTERM
     assert not readiness.head_reachable(f"{HEAD_IP}:{port}", timeout_s=1)
     assert not Path(f"/proc/{trainer_pid.read_text()}").exists(), "the trainer outlived run_head"
+
+
+def test_a_node_that_does_not_share_the_checkpoint_root_is_named(
+    tmp_path: Path, short_tmp: Path, ray_env: dict[str, str]
+) -> None:
+    """Two loopback nodes whose `run` resolved the checkpoint root to different directories (two local disks):
+    the head's nonce is not found on NODE_RANK=1, which is named with its path and CHECKPOINT_DIR. Then the
+    worker's root becomes a link to the head's (one shared volume) and the same cluster passes."""
+    from recipe.cluster.shared_storage import NONCE_FILE, ROOT_VARIABLE, shared_storage_problems
+
+    head_root, worker_root = tmp_path / "head-disk", tmp_path / "worker-disk"
+    head_root.mkdir()
+    worker_root.mkdir()
+    with ray_nodes(short_tmp, tmp_path, {**ray_env, ROOT_VARIABLE: str(head_root)}, head={"NPU": 1},
+                   worker={"NPU": 1}, worker_env={**ray_env, ROOT_VARIABLE: str(worker_root)}) as address:
+        nodes = readiness.wait_for_nodes(address, 2, "NPU", 1, timeout_s=RAY_TEST_TIMEOUT_S, poll_interval_s=0.5,
+                                         node_ip_address=HEAD_IP)
+        apart = shared_storage_problems(address, nodes, head_root, "/checkpoints", HEAD_IP)
+        worker_root.rmdir()
+        worker_root.symlink_to(head_root)
+        shared = shared_storage_problems(address, nodes, head_root, "/checkpoints", HEAD_IP)
+    (line,) = apart
+    assert line.startswith(f"NODE_RANK=1 ({WORKER_IP}")
+    assert f"cannot read {worker_root / NONCE_FILE}" in line and "CHECKPOINT_DIR='/checkpoints'" in line
+    assert "No such file or directory" in line
+    assert shared == []
+    assert not (head_root / NONCE_FILE).exists()  # the check leaves nothing behind

@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         examples=["TP=4 EP=8 python entrypoint.py plan", "python entrypoint.py plan --json -- actor_rollout_ref.actor.optim.lr=2e-6"],
     )
     plan.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    add_command(
+    run = add_command(
         commands, "run",
         summary="check the machine, then run the trainer",
         description="Everything `plan` checks, then the machine: devices visible, the model's config.json, readable "
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         "from. Then `python -m verl.trainer.main_ppo` runs with the plan's overrides, followed by any Hydra "
         "overrides given after `--` (key=value, +key=value, ~key); an override replaces the recipe's value "
         "for the same key. With NNODES > 1 it starts or joins the Ray cluster first.",
-        usage="entrypoint.py run [-- key=value ...]",
+        usage="entrypoint.py run [--progress | --no-progress] [-- key=value ...]",
         exit_codes={
             0: "the trainer finished",
             2: "bad settings, overrides or machine: nothing was started",
@@ -88,6 +88,11 @@ def _parser() -> argparse.ArgumentParser:
         } | {1: "the trainer's own exit code otherwise (1 and others)"},
         examples=["python entrypoint.py run -- actor_rollout_ref.actor.optim.lr=2e-6 trainer.total_training_steps=100"],
     )
+    run.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="one `progress:` line per training step (step of total, mean reward, s/step, ETA), read from the "
+        "TensorBoard event files; default: on when stdout is a terminal",
+    )  # fmt: skip
     add_prepare_data_parser(commands)
     add_export_commands(commands)
     add_doctor_parser(commands)
@@ -174,7 +179,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         plan = build_plan(settings, os.environ, extra)
         if args.command == "plan":
             return _cmd_plan(plan, args.json)
-        return run_command(plan)
+        return run_command(plan, progress=args.progress)
     except RecipeConfigError as error:
         return report_errors(args.command, error.problems, EXIT_CONFIG, getattr(args, "json", False))
     except rules.ClusterError as error:

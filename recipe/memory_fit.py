@@ -42,6 +42,8 @@ LAYER_ACTIVATION_FACTOR = 34
 WARN_MARGIN = 0.10
 #: vllm-ascend pads the Gated DeltaNet state's pages to twice their size (vllm-ascend#7393).
 NPU_STATE_PADDING = 2
+_ACTOR, _ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+_OPTIMIZER_CONFIG = f"{_ACTOR}.optim.override_optimizer_config"
 
 
 def device_memory(setting: float | None, device: Device, chip: Chip) -> tuple[float, str]:
@@ -205,6 +207,17 @@ class Shard:
         return self.dense + self.experts
 
 
+def vllm_cache_bytes(sizes: ModelSizes, gen_tp: int, device: Device) -> tuple[float, float]:
+    """(attention KV bytes per token, Gated DeltaNet state bytes per sequence) on one vLLM rank.
+
+    KV heads are split over GEN_TP, but a rank holds at least one (vLLM replicates them past that); the
+    DeltaNet value heads are split over GEN_TP, and vllm-ascend pads the state's pages to twice their size.
+    """
+    per_head = sizes.kv_bytes_per_token / max(sizes.num_kv_heads, 1)
+    per_token = per_head * max(1, sizes.num_kv_heads // gen_tp)
+    return per_token, sizes.state_bytes_per_sequence / gen_tp * (NPU_STATE_PADDING if device == "npu" else 1)
+
+
 def actor_shard(sizes: ModelSizes, layout: ParallelLayout) -> Shard:
     """Megatron's most loaded shard: the first pipeline stage (the embedding, and the vision tower with it)."""
     tp, pp = layout.tp, layout.pp
@@ -270,11 +283,8 @@ def estimate(
     vllm_pool = work.gpu_memory_utilization * capacity
     vllm_weights = WEIGHT_BYTES * sizes.total / layout.gen_tp
     sampler = work.max_num_seqs * sizes.vocab_size * FP32_BYTES
-    kv_per_token = sizes.kv_bytes_per_token / max(sizes.num_kv_heads, 1) * max(1, sizes.num_kv_heads // layout.gen_tp)
-    padding = NPU_STATE_PADDING if device == "npu" else 1
-    per_sequence = (work.prompt_tokens + work.response_tokens) * kv_per_token + (
-        sizes.state_bytes_per_sequence / layout.gen_tp * padding
-    )
+    kv_per_token, deltanet_state = vllm_cache_bytes(sizes, layout.gen_tp, device)
+    per_sequence = (work.prompt_tokens + work.response_tokens) * kv_per_token + deltanet_state
     kv_space = vllm_pool - vllm_weights - sampler
     resident = 0.0 if work.actor_param_offload else state["weights"] + state["gradients"]
     rollout = Phase(
@@ -308,15 +318,13 @@ def estimate(
     notes = [
         f"vLLM: weights {vllm_weights / GIB:.1f} GiB, sampler logits {sampler / GIB:.1f} GiB, KV cache "
         f"{max(kv_space, 0) / GIB:.1f} GiB in its pool; one full-length sequence takes {per_sequence / GIB:.3f} GiB "
-        f"({kv_per_token:g} B per token, {sizes.state_bytes_per_sequence / layout.gen_tp * padding / (1 << 20):.0f} MiB "
-        "of DeltaNet state" + (", doubled by vllm-ascend's page padding (vllm-ascend#7393))" if padding > 1 else ")")
+        f"({kv_per_token:g} B per token, {deltanet_state / (1 << 20):.0f} MiB of DeltaNet state"
+        + (", doubled by vllm-ascend's page padding (vllm-ascend#7393))" if device == "npu" else ")")
     ]
     kv_sequences = max(kv_space, 0) / per_sequence
     return MemoryEstimate([actor, rollout, host], device_gib, device_source, kv_sequences, layout, notes)
 
 
-_ACTOR, _ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-_OPTIMIZER_CONFIG = f"{_ACTOR}.optim.override_optimizer_config"
 #: Every key the estimate reads, with verl 0.9.1's default for it (the plan's overrides set most of them;
 #: tests/unit/test_memory_fit.py checks these against verl's own composed config).
 WORKLOAD_DEFAULTS: dict[str, Any] = {

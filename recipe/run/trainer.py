@@ -131,8 +131,26 @@ def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
     return execute(argv, env)
 
 
-def run_command(plan: Plan) -> int:
-    """`run`: check the machine, then train (or join as a worker); the exit code."""
+def _progress(plan: Plan, wanted: bool | None) -> Any:
+    """The progress lines' printer while the trainer runs (recipe.run.progress), or nothing: off unless asked or a terminal."""
+    import contextlib
+    import sys
+
+    from recipe.run.progress import printing_progress, total_steps
+
+    if not (wanted if wanted is not None else sys.stdout.isatty()):
+        return contextlib.nullcontext()
+    settings = plan.settings
+    total = total_steps(override_value(plan.overrides, "trainer.total_training_steps"),
+                        settings.resolved_train_files, settings.train_batch_size, settings.total_epochs)  # fmt: skip
+    return printing_progress(Path(str(plan.env["TENSORBOARD_DIR"])), total, lambda line: print(line, flush=True))
+
+
+def run_command(plan: Plan, progress: bool | None = None) -> int:
+    """`run`: check the machine, then train (or join as a worker); the exit code.
+
+    `progress`: print one line per step (None: when stdout is a terminal).
+    """
     settings = plan.settings
     problems = run_problems(plan)
     if not problems and plan.device.name == "npu":
@@ -168,7 +186,7 @@ def run_command(plan: Plan) -> int:
         return supervisors.run_worker(
             role, join_timeout_s=settings.ray_wait_timeout, rejoin_grace_s=settings.ray_wait_timeout, env=env
         )
-    with _export_watcher(plan):
+    with _export_watcher(plan), _progress(plan, progress):
         if role.kind == "single":
             code = _run_trainer(plan.argv, env)
         else:

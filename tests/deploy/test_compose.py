@@ -337,3 +337,18 @@ def test_a2_override_from_the_docs(compose_bin: str, tmp_path: Path) -> None:
     assert davinci == [f"/dev/davinci{i}" for i in range(8)]
     assert a2["environment"]["NDEVICES_PER_NODE"] == "8"
     assert a2["volumes"] == npu["volumes"]  # the driver mounts stay
+
+
+def test_tensorboard_serves_the_checkpoint_volume_only_under_its_profile(compose_bin: str) -> None:
+    """`up gpu|npu` is unchanged (the service has a profile); it reads the event files read-only, on localhost."""
+    plain = run([compose_bin, "config", "--services"], env=_clean_env())
+    assert plain.returncode == 0 and sorted(plain.stdout.split()) == ["gpu", "npu"], plain.stderr
+    out = run([compose_bin, "--profile", "tensorboard", "config", "--format", "json", "tensorboard"], env=_clean_env())
+    assert out.returncode == 0, out.stderr
+    service = json.loads(out.stdout)["services"]["tensorboard"]
+    assert service["image"] == "grpo-recipe:gpu" and service["entrypoint"][:3] == ["tensorboard", "--logdir",
+                                                                                   "/checkpoints/tensorboard"]
+    (volume,) = service["volumes"]
+    assert (volume["target"], volume["read_only"]) == ("/checkpoints", True)
+    (port,) = service["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "6006", 6006)

@@ -58,6 +58,13 @@ STAND_IN = textwrap.dedent(
             shutil.copytree(os.environ["STAND_IN_EXPORT"], os.path.join(actor, "model", "huggingface"))
         os.makedirs(actor, exist_ok=True)
         open(os.path.join(actor, "ckpt_contents.json"), "w").write("{}")
+    if mode == "tensorboard":
+        # Two steps through verl's own TensorBoard logger, into the TENSORBOARD_DIR the plan gave it.
+        from verl.utils.tracking import _TensorboardAdapter
+        writer = _TensorboardAdapter("project", "experiment")
+        for step, reward in ((1, 0.5), (2, 0.75)):
+            writer.log({"critic/rewards/mean": reward, "timing_s/step": 1.0}, step=step)
+        writer.finish()
     if mode == "wait":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(43))
         signal.signal(signal.SIGINT, lambda *_: sys.exit(44))

@@ -11,6 +11,7 @@ silently stale. Here every 2-D weight goes through F.linear on the live Paramete
 
 from __future__ import annotations
 
+import math
 import sys
 import types
 from typing import Any
@@ -133,3 +134,33 @@ def _count_written_parameters(module: types.ModuleType) -> None:
         return result
 
     extension.update_weights_from_ipc = update_weights_from_ipc
+
+
+#: Logged by each vLLM worker once it knows its cache layout: what it keeps per token and per sequence
+#: (tests/e2e/test_memory_fit.py compares it with recipe.memory_fit's KV and Gated DeltaNet state terms).
+KV_SPEC_LINE = "vLLM keeps {per_token} bytes per token of attention KV and {per_sequence} bytes of state per sequence"
+
+
+@after_import("vllm.v1.worker.gpu_model_runner")
+def _report_kv_cache_spec(module: types.ModuleType) -> None:
+    """A measurement, not a workaround: vLLM's own cache spec (vllm/v1/kv_cache_interface.py), summed over layers.
+    Attention layers: their page's bytes (keys and values of block_size tokens) per token; Mamba-style layers (Gated
+    DeltaNet): their state's bytes, one page per sequence, before any padding to a common page size."""
+    from vllm.utils.torch_utils import get_dtype_size
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    runner = module.GPUModelRunner
+    original = runner.get_kv_cache_spec
+
+    def get_kv_cache_spec(self: Any) -> Any:
+        specs = original(self)
+        per_token = sum(s.real_page_size_bytes // s.block_size for s in specs.values() if isinstance(s, AttentionSpec))
+        per_sequence = sum(
+            sum(math.prod(shape) * get_dtype_size(dtype) for shape, dtype in zip(s.shapes, s.dtypes))
+            for s in specs.values()
+            if isinstance(s, MambaSpec)
+        )
+        log(KV_SPEC_LINE.format(per_token=per_token, per_sequence=per_sequence))
+        return specs
+
+    runner.get_kv_cache_spec = get_kv_cache_spec

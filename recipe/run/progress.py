@@ -1,0 +1,141 @@
+"""One progress line per training step while `run` supervises the trainer: step N of total, mean reward, time, ETA.
+
+The numbers are verl's own, read back from the TensorBoard event files its logger writes under
+TENSORBOARD_DIR (verl/utils/tracking.py, `_TensorboardAdapter`: one scalar per metric, at the global
+step), with tensorboard's own reader. The total is `trainer.total_training_steps` when the plan sets
+it, else what verl will compute: the training parquet's rows // TRAIN_BATCH_SIZE (verl's loader drops
+the last partial batch) x TOTAL_EPOCHS, marked "about" since verl filters overlong prompts first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("recipe")
+
+REWARD_TAG = "critic/rewards/mean"
+STEP_SECONDS_TAG = "timing_s/step"
+#: How often the event files are read again.
+POLL_INTERVAL_S = 10.0
+
+
+@dataclass(frozen=True)
+class StepTotal:
+    """How many steps the run will take, and whether that is verl's number or the recipe's estimate of it."""
+
+    steps: int
+    estimated: bool
+
+
+def total_steps(configured: str | None, train_file: Path, batch_size: int, epochs: int) -> StepTotal | None:
+    """The run's number of steps: `trainer.total_training_steps` when set, else from the parquet's row count."""
+    if configured not in (None, "", "null"):
+        try:
+            return StepTotal(int(str(configured)), False)
+        except ValueError:
+            return None
+    try:
+        import pyarrow.parquet as parquet
+
+        rows = parquet.ParquetFile(train_file).metadata.num_rows
+    except Exception:  # noqa: BLE001 - no total is a progress line without one, never a failed run
+        return None
+    return StepTotal(rows // batch_size * epochs, True) if rows >= batch_size else None
+
+
+def event_reader(directory: Path) -> Any:
+    """tensorboard's reader of the event files under `directory`; each Reload() reads only what is new."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    return EventAccumulator(str(directory), size_guidance={"scalars": 0})
+
+
+def read_steps(events: Any) -> dict[int, dict[str, float]]:
+    """step -> {tag: value} of the reward and step-time scalars, after reading what is new (an event_reader)."""
+    events.Reload()
+    steps: dict[int, dict[str, float]] = {}
+    available = set(events.Tags().get("scalars", []))
+    for tag in (REWARD_TAG, STEP_SECONDS_TAG):
+        if tag in available:
+            for event in events.Scalars(tag):
+                steps.setdefault(int(event.step), {})[tag] = float(event.value)
+    return steps
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def progress_line(step: int, metrics: dict[str, float], total: StepTotal | None, recent_seconds: list[float]) -> str:
+    """`step 3 of about 120: reward 0.412, 95.2 s/step, ETA 3h05m` (the parts verl logged)."""
+    parts = [f"step {step}" + (f" of {'about ' if total.estimated else ''}{total.steps}" if total else "")]
+    if REWARD_TAG in metrics:
+        parts.append(f"reward {metrics[REWARD_TAG]:.3f}")
+    if STEP_SECONDS_TAG in metrics:
+        parts.append(f"{metrics[STEP_SECONDS_TAG]:.1f} s/step")
+    if total and recent_seconds and total.steps > step:
+        parts.append(f"ETA {_duration((total.steps - step) * sum(recent_seconds) / len(recent_seconds))}")
+    return "progress: " + ", ".join(parts)
+
+
+class ProgressPrinter:
+    """Prints each step once, as soon as its scalars are in the event files."""
+
+    def __init__(self, directory: Path, total: StepTotal | None, emit: Callable[[str], None]) -> None:
+        self.directory, self.total, self.emit = directory, total, emit
+        self.printed: set[int] = set()
+        self.seconds: dict[int, float] = {}
+        self.events: Any = None
+
+    def poll(self) -> None:
+        """Read the event files and print the steps not printed yet (a step is printed once it has its time)."""
+        if self.events is None:
+            if not self.directory.is_dir():
+                return  # verl creates it when its logger starts
+            self.events = event_reader(self.directory)
+        for step, metrics in sorted(read_steps(self.events).items()):
+            if step in self.printed or STEP_SECONDS_TAG not in metrics:
+                continue
+            self.seconds[step] = metrics[STEP_SECONDS_TAG]
+            recent = [self.seconds[s] for s in sorted(self.seconds)[-5:]]
+            self.emit(progress_line(step, metrics, self.total, recent))
+            self.printed.add(step)
+
+
+@contextmanager
+def printing_progress(
+    directory: Path, total: StepTotal | None, emit: Callable[[str], None], interval_s: float = POLL_INTERVAL_S
+) -> Iterator[ProgressPrinter]:
+    """While inside: a thread polls the event files every `interval_s`; one last poll on the way out."""
+    printer = ProgressPrinter(directory, total, emit)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while True:
+            try:
+                printer.poll()
+            except Exception as error:  # noqa: BLE001 - the run goes on without progress lines
+                logger.warning("progress lines stop: cannot read %s (%s)", directory, error)
+                return
+            if stop.wait(interval_s):
+                return
+
+    thread = threading.Thread(target=loop, name="progress", daemon=True)
+    thread.start()
+    try:
+        yield printer
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        try:
+            printer.poll()
+        except Exception:  # noqa: BLE001 - already warned, or nothing more to say
+            pass

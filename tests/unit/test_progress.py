@@ -1,0 +1,104 @@
+"""`run`'s progress lines, read from event files that verl's own TensorBoard logger writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipe.run.progress import REWARD_TAG, STEP_SECONDS_TAG, ProgressPrinter, StepTotal, printing_progress, total_steps
+
+from .envtools import HANG_GUARD_S
+from .runtools import DRIVER, layout_of_one, run_environment
+
+tracking = pytest.importorskip("verl.utils.tracking", reason="verl's TensorBoard logger (pip install '.[trainer]')")
+
+
+def _verl_logger(directory: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """verl 0.9.1's TensorBoard adapter, writing where the plan's TENSORBOARD_DIR points."""
+    monkeypatch.setenv("TENSORBOARD_DIR", str(directory))
+    return tracking._TensorboardAdapter("project", "experiment")
+
+
+def _step(seconds: float, reward: float) -> dict[str, float]:
+    return {REWARD_TAG: reward, STEP_SECONDS_TAG: seconds, "critic/score/mean": reward, "actor/grad_norm": 1.5}
+
+
+def test_each_step_is_printed_once_with_reward_time_and_eta(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines: list[str] = []
+    printer = ProgressPrinter(tmp_path / "tb", StepTotal(10, False), lines.append)
+    printer.poll()  # before verl's logger made the directory: nothing, no error
+    writer = _verl_logger(tmp_path / "tb", monkeypatch)
+    writer.log(_step(100.0, 0.25), step=1)
+    writer.log(_step(50.0, 0.5), step=2)
+    writer.writer.flush()
+    printer.poll()
+    printer.poll()
+    writer.log(_step(60.0, 0.125), step=3)
+    writer.finish()
+    printer.poll()
+    assert lines == [
+        "progress: step 1 of 10, reward 0.250, 100.0 s/step, ETA 15m00s",
+        "progress: step 2 of 10, reward 0.500, 50.0 s/step, ETA 10m00s",  # 8 steps x the mean of 100 and 50 s
+        "progress: step 3 of 10, reward 0.125, 60.0 s/step, ETA 8m10s",
+    ]
+
+
+def test_a_resumed_run_prints_its_new_steps_and_an_estimated_total_says_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume starts a second event file in the same directory: both are read, and only unprinted steps print."""
+    first = _verl_logger(tmp_path, monkeypatch)
+    first.log(_step(3600.0, 0.5), step=1)
+    first.finish()
+    lines: list[str] = []
+    printer = ProgressPrinter(tmp_path, StepTotal(2, True), lines.append)
+    printer.poll()
+    second = _verl_logger(tmp_path, monkeypatch)
+    second.log(_step(3600.0, 0.75), step=2)
+    second.finish()
+    printer.poll()
+    assert lines == ["progress: step 1 of about 2, reward 0.500, 3600.0 s/step, ETA 1h00m",
+                     "progress: step 2 of about 2, reward 0.750, 3600.0 s/step"]  # fmt: skip
+
+
+def test_the_total_is_verls_setting_or_the_parquets_rows_per_batch_times_epochs(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as parquet
+
+    data = tmp_path / "train.parquet"
+    parquet.write_table(pa.table({"prompt": [f"p{i}" for i in range(10)]}), data)
+    assert total_steps(None, data, 3, 2) == StepTotal(6, True)  # verl drops the last partial batch: 3 a epoch
+    assert total_steps("7", data, 3, 2) == StepTotal(7, False)
+    assert total_steps(None, tmp_path / "missing.parquet", 3, 2) is None
+    assert total_steps(None, data, 32, 2) is None  # fewer rows than one batch: verl would stop at once
+
+
+def test_a_thread_prints_while_inside_and_the_last_steps_on_the_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines: list[str] = []
+    with printing_progress(tmp_path, None, lines.append, interval_s=3600):
+        writer = _verl_logger(tmp_path, monkeypatch)
+        writer.log(_step(2.0, 1.0), step=1)
+        writer.finish()
+    assert lines == ["progress: step 1, reward 1.000, 2.0 s/step"]
+
+
+def test_run_prints_progress_when_asked_and_not_by_default_into_a_pipe(tmp_path: Path, model: Path) -> None:
+    """The stand-in trainer logs two steps through verl's adapter into the plan's TENSORBOARD_DIR."""
+    env = run_environment(tmp_path, model, **layout_of_one(TOTAL_EPOCHS="1")) | {"STAND_IN_MODE": "tensorboard"}
+    outputs = {}
+    for flag in ("--progress", None):
+        argv = ["run", *([flag] if flag else []), "--", "trainer.total_training_steps=2"]
+        done = subprocess.run([sys.executable, "-c", DRIVER, *argv], env=env, capture_output=True, text=True,
+                              timeout=HANG_GUARD_S, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        outputs[flag] = [line for line in done.stdout.splitlines() if line.startswith("progress:")]
+    assert outputs["--progress"] == ["progress: step 1 of 2, reward 0.500, 1.0 s/step, ETA 0m01s",
+                                     "progress: step 2 of 2, reward 0.750, 1.0 s/step"]  # fmt: skip
+    assert outputs[None] == []
+    assert json.loads((tmp_path / "record.json").read_text())["env"]["TENSORBOARD_DIR"].startswith(str(tmp_path))

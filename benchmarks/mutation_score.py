@@ -77,6 +77,7 @@ MODULES = {
     "provenance": [f"{E}/test_provenance.py", f"{E}/test_record_hostile.py"],
     "record_file": [f"{E}/test_record_hostile.py"],
     "run/preflight": [f"{U}/test_run_command.py", f"{E}/test_run_checks.py"],
+    "run/progress": [f"{U}/test_progress.py"],
     "run/resume_guard": [f"{E}/test_resume_guard.py", f"{E}/test_resume_guard_hostile.py"],
     "run/trainer": [f"{U}/test_run_command.py", f"{U}/test_cli.py"],
     "replay": [f"{E}/test_replay_hostile.py", f"{E}/test_record_hostile.py", f"{E}/test_provenance.py"],

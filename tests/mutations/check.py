@@ -80,8 +80,8 @@ BREAKAGES: tuple[Breakage, ...] = (
     Breakage(
         "export-watcher-removed",
         "recipe/run/trainer.py",
-        "    with _export_watcher(plan):\n",
-        "    if True:\n",
+        "    with _export_watcher(plan), _progress(plan, progress):\n",
+        "    with _progress(plan, progress):\n",
         (f"{RUN_CHECKS}::test_run_checks_the_export_of_each_save_and_reports_a_broken_one",),
         "run no longer checks each save's HF export",
     ),
@@ -187,12 +187,10 @@ BREAKAGES: tuple[Breakage, ...] = (
     Breakage(
         "join-waits-one-node-short",
         "recipe/cluster/supervisors.py",
-        "    wait_for_nodes(role.address, role.nnodes, resource_name, devices_per_node, timeout_s,\n"
-        "                   poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)\n"
-        "    return run_trainer(",
-        "    wait_for_nodes(role.address, role.nnodes - 1, resource_name, devices_per_node, timeout_s,\n"
-        "                   poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)\n"
-        "    return run_trainer(",
+        "    nodes = wait_for_nodes(role.address, role.nnodes, resource_name, devices_per_node, timeout_s,\n"
+        "                           poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)\n",
+        "    nodes = wait_for_nodes(role.address, role.nnodes - 1, resource_name, devices_per_node, timeout_s,\n"
+        "                           poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)\n",
         (f"{UNIT}/cluster/test_supervisors.py::test_joining_an_existing_cluster_waits_for_every_node",),
         "on a RayJob the trainer starts before the last node joined: verl places its workers on too few devices",
     ),
@@ -203,6 +201,14 @@ BREAKAGES: tuple[Breakage, ...] = (
         "return real == root or real.startswith(root)",
         (f"{UNIT}/data/test_hostile_sources.py::test_a_sibling_folder_that_shares_the_sources_name_is_outside_it",),
         "an image path into `src-evil/` passes as inside `src/`: prepare-data reads files outside --source",
+    ),
+    Breakage(
+        "memory-fit-not-enforced",
+        "recipe/plan.py",
+        "        problems += memory.problems()\n",
+        "        problems += []\n",
+        (f"{UNIT}/test_memory_fit.py::test_without_offload_the_rollout_phase_does_not_fit_and_plan_says_so_in_one_line",),
+        "a layout whose weights and vLLM's share exceed the device passes plan: the run dies of OOM at vLLM wake-up",
     ),
 )
 

@@ -59,12 +59,14 @@ STAND_IN = textwrap.dedent(
         os.makedirs(actor, exist_ok=True)
         open(os.path.join(actor, "ckpt_contents.json"), "w").write("{}")
     if mode == "tensorboard":
-        # Two steps through verl's own TensorBoard logger, into the TENSORBOARD_DIR the plan gave it.
-        from verl.utils.tracking import _TensorboardAdapter
-        writer = _TensorboardAdapter("project", "experiment")
+        # Two steps into the TENSORBOARD_DIR the plan gave it, written as verl 0.9.1's adapter writes them
+        # (verl/utils/tracking.py _TensorboardAdapter: torch's SummaryWriter, one scalar per metric at the step).
+        from torch.utils.tensorboard import SummaryWriter
+        writer = SummaryWriter(os.environ["TENSORBOARD_DIR"])
         for step, reward in ((1, 0.5), (2, 0.75)):
-            writer.log({"critic/rewards/mean": reward, "timing_s/step": 1.0}, step=step)
-        writer.finish()
+            for key, value in {"critic/rewards/mean": reward, "timing_s/step": 1.0}.items():
+                writer.add_scalar(key, value, step)
+        writer.close()
     if mode == "wait":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(43))
         signal.signal(signal.SIGINT, lambda *_: sys.exit(44))

@@ -202,7 +202,7 @@ _override = st.one_of(
 )
 
 
-@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(override=_override)
 def test_any_override_plan_accepts_composes_in_verl(override: str) -> None:
     """plan accepts => Hydra parses it and verl's config composes with it (and nothing resolves a secret)."""

@@ -88,17 +88,31 @@ def test_a_thread_prints_while_inside_and_the_last_steps_on_the_way_out(
     assert lines == ["progress: step 1, reward 1.000, 2.0 s/step"]
 
 
-def test_run_prints_progress_when_asked_and_not_by_default_into_a_pipe(tmp_path: Path, model: Path) -> None:
-    """The stand-in trainer logs two steps through verl's adapter into the plan's TENSORBOARD_DIR."""
+def test_run_prints_progress_when_asked(tmp_path: Path, model: Path) -> None:
+    """The stand-in trainer logs two steps through TensorBoard into the plan's TENSORBOARD_DIR, as verl's adapter does."""
     env = run_environment(tmp_path, model, **layout_of_one(TOTAL_EPOCHS="1")) | {"STAND_IN_MODE": "tensorboard"}
-    outputs = {}
-    for flag in ("--progress", None):
-        argv = ["run", *([flag] if flag else []), "--", "trainer.total_training_steps=2"]
-        done = subprocess.run([sys.executable, "-c", DRIVER, *argv], env=env, capture_output=True, text=True,
-                              timeout=HANG_GUARD_S, check=False)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        outputs[flag] = [line for line in done.stdout.splitlines() if line.startswith("progress:")]
-    assert outputs["--progress"] == ["progress: step 1 of 2, reward 0.500, 1.0 s/step, ETA 0m01s",
-                                     "progress: step 2 of 2, reward 0.750, 1.0 s/step"]  # fmt: skip
-    assert outputs[None] == []
+    done = subprocess.run([sys.executable, "-c", DRIVER, "run", "--progress", "--", "trainer.total_training_steps=2"],
+                          env=env, capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("progress:")] == [
+        "progress: step 1 of 2, reward 0.500, 1.0 s/step, ETA 0m01s",
+        "progress: step 2 of 2, reward 0.750, 1.0 s/step",
+    ]
     assert json.loads((tmp_path / "record.json").read_text())["env"]["TENSORBOARD_DIR"].startswith(str(tmp_path))
+
+
+@pytest.mark.parametrize(("asked", "terminal", "prints"), [(None, True, True), (None, False, False),
+                                                           (True, False, True), (False, True, False)])  # fmt: skip
+def test_progress_is_on_for_a_terminal_unless_asked_otherwise(
+    asked: bool | None, terminal: bool, prints: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contextlib
+
+    from recipe.plan import build_plan
+    from recipe.run import trainer
+
+    from .envtools import settings_of
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    chosen = trainer._progress(build_plan(settings_of(DEVICE="gpu"), environ={}), asked)
+    assert isinstance(chosen, contextlib.nullcontext) is not prints

@@ -21,6 +21,8 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.needs import TEST_EXTRA, needs
@@ -33,6 +35,8 @@ from recipe.cluster import readiness, rules, supervisors  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 from tests.unit.raytools import (  # noqa: E402
     HEAD_IP,
+    prepare_ray_env,
+    short_temp_dir,
     RAY_TEST_TIMEOUT_S,
     WORKER_IP,
     head_role,
@@ -42,25 +46,48 @@ from tests.unit.raytools import (  # noqa: E402
 )
 
 
-def test_wait_succeeds_when_the_worker_joins(tmp_path: Path, short_tmp: Path, ray_env: dict[str, str]) -> None:
-    with ray_nodes(short_tmp, tmp_path, ray_env, head={"NPU": 2}, worker={"NPU": 2}) as address:
-        ready = readiness.wait_for_nodes(address, 2, "NPU", 2, timeout_s=RAY_TEST_TIMEOUT_S,
-                                       poll_interval_s=0.5, node_ip_address=HEAD_IP)
+@dataclass(frozen=True)
+class TwoNodes:
+    """A head and a worker with 2 stand-in NPUs each, whose `run` put the checkpoint root on different disks."""
+
+    address: str
+    head_root: Path
+    worker_root: Path
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
+    """One cluster for the tests that only read it (starting one takes about 10 s)."""
+    from recipe.cluster.shared_storage import ROOT_VARIABLE
+
+    tmp = tmp_path_factory.mktemp("two-nodes")
+    head_root, worker_root = tmp / "head-disk", tmp / "worker-disk"
+    head_root.mkdir()
+    worker_root.mkdir()
+    with pytest.MonkeyPatch.context() as mp, short_temp_dir() as short:
+        env = prepare_ray_env(mp)
+        with ray_nodes(short, tmp, {**env, ROOT_VARIABLE: str(head_root)}, head={"NPU": 2}, worker={"NPU": 2},
+                       worker_env={**env, ROOT_VARIABLE: str(worker_root)}) as address:  # fmt: skip
+            yield TwoNodes(address, head_root, worker_root)
+
+
+def test_wait_succeeds_when_the_worker_joins(two_nodes: TwoNodes) -> None:
+    ready = readiness.wait_for_nodes(two_nodes.address, 2, "NPU", 2, timeout_s=RAY_TEST_TIMEOUT_S,
+                                     poll_interval_s=0.5, node_ip_address=HEAD_IP)
     assert sorted(n.node_rank for n in ready) == [0, 1]  # type: ignore[type-var]
     assert sorted(n.address for n in ready) == [HEAD_IP, WORKER_IP]
     assert all(n.devices == 2 for n in ready)
 
 
-def test_wait_fails_naming_the_missing_rank(tmp_path: Path, short_tmp: Path, ray_env: dict[str, str]) -> None:
-    with ray_nodes(short_tmp, tmp_path, ray_env, head={"NPU": 2}, with_worker=False) as address:
-        started = time.monotonic()
-        with pytest.raises(rules.ClusterError) as caught:
-            readiness.wait_for_nodes(address, 3, "NPU", 2, timeout_s=2, poll_interval_s=0.5,
-                                   node_ip_address=HEAD_IP)
-        waited = time.monotonic() - started
+def test_wait_fails_naming_the_missing_ranks(two_nodes: TwoNodes) -> None:
+    started = time.monotonic()
+    with pytest.raises(rules.ClusterError) as caught:
+        readiness.wait_for_nodes(two_nodes.address, 4, "NPU", 2, timeout_s=2, poll_interval_s=0.5,
+                                 node_ip_address=HEAD_IP)
+    waited = time.monotonic() - started
     problems = caught.value.problems
-    assert problems[0].startswith("NNODES=3: 1 node(s) with 2 NPU registered with Ray after")
-    assert problems[1].startswith("NODE_RANK=1, 2: never joined")
+    assert problems[0].startswith("NNODES=4: 2 node(s) with 2 NPU registered with Ray after")
+    assert problems[1].startswith("NODE_RANK=2, 3: never joined")
     assert waited >= 2  # it waited its time out (no upper bound: that would measure the machine)
 
 
@@ -194,25 +221,19 @@ def test_sigterm_stops_trainer_and_head(tmp_path: Path, short_tmp: Path,
     assert not Path(f"/proc/{trainer_pid.read_text()}").exists(), "the trainer outlived run_head"
 
 
-def test_a_node_that_does_not_share_the_checkpoint_root_is_named(
-    tmp_path: Path, short_tmp: Path, ray_env: dict[str, str]
-) -> None:
+def test_a_node_that_does_not_share_the_checkpoint_root_is_named(two_nodes: TwoNodes) -> None:
     """Two loopback nodes whose `run` resolved the checkpoint root to different directories (two local disks):
     the head's nonce is not found on NODE_RANK=1, which is named with its path and CHECKPOINT_DIR. Then the
     worker's root becomes a link to the head's (one shared volume) and the same cluster passes."""
-    from recipe.cluster.shared_storage import NONCE_FILE, ROOT_VARIABLE, shared_storage_problems
+    from recipe.cluster.shared_storage import NONCE_FILE, shared_storage_problems
 
-    head_root, worker_root = tmp_path / "head-disk", tmp_path / "worker-disk"
-    head_root.mkdir()
-    worker_root.mkdir()
-    with ray_nodes(short_tmp, tmp_path, {**ray_env, ROOT_VARIABLE: str(head_root)}, head={"NPU": 1},
-                   worker={"NPU": 1}, worker_env={**ray_env, ROOT_VARIABLE: str(worker_root)}) as address:
-        nodes = readiness.wait_for_nodes(address, 2, "NPU", 1, timeout_s=RAY_TEST_TIMEOUT_S, poll_interval_s=0.5,
-                                         node_ip_address=HEAD_IP)
-        apart = shared_storage_problems(address, nodes, head_root, "/checkpoints", HEAD_IP)
-        worker_root.rmdir()
-        worker_root.symlink_to(head_root)
-        shared = shared_storage_problems(address, nodes, head_root, "/checkpoints", HEAD_IP)
+    address, head_root, worker_root = two_nodes.address, two_nodes.head_root, two_nodes.worker_root
+    nodes = readiness.wait_for_nodes(address, 2, "NPU", 2, timeout_s=RAY_TEST_TIMEOUT_S, poll_interval_s=0.5,
+                                     node_ip_address=HEAD_IP)
+    apart = shared_storage_problems(address, nodes, head_root, "/checkpoints", HEAD_IP)
+    worker_root.rmdir()
+    worker_root.symlink_to(head_root)
+    shared = shared_storage_problems(address, nodes, head_root, "/checkpoints", HEAD_IP)
     (line,) = apart
     assert line.startswith(f"NODE_RANK=1 ({WORKER_IP}")
     assert f"cannot read {worker_root / NONCE_FILE}" in line and "CHECKPOINT_DIR='/checkpoints'" in line

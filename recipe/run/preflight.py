@@ -79,6 +79,9 @@ def run_problems(plan: Plan) -> list[str]:
     existing = next((p for p in [settings.checkpoint_dir, *settings.checkpoint_dir.parents] if p.exists()), None)
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         problems.append(f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: not writable by uid {os.getuid()}")
+    problem = host_memory_problem(plan, node_memory_bytes())
+    if problem:
+        problems.append(problem)
     needed = {**TRAINER_MODULES[device.name], **TRAINER_SUPPORT_MODULES}
     missing = [package for module, package in needed.items() if not _importable(module)]
     if missing:
@@ -88,6 +91,43 @@ def run_problems(plan: Plan) -> list[str]:
             f"of docker/{device.name}/requirements.lock beside the trainer extra (pip install '.[trainer]')"
         )
     return problems
+
+
+def node_memory_bytes(meminfo: Path = Path("/proc/meminfo"), limit: Path = Path("/sys/fs/cgroup/memory.max")) -> int | None:
+    """This node's RAM as the trainer can use it: MemTotal, or the container's cgroup v2 limit when lower."""
+    sizes = []
+    try:
+        for line in meminfo.read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == "MemTotal" and value.split()[0].isdigit():
+                sizes.append(int(value.split()[0]) * 1024)  # the kernel writes kB
+    except OSError:
+        pass
+    try:
+        text = limit.read_text().strip()
+        if text.isdigit():
+            sizes.append(int(text))
+    except OSError:
+        pass  # no cgroup v2, or no limit file: MemTotal alone
+    return min(sizes) if sizes else None
+
+
+def host_memory_problem(plan: Plan, available: int | None) -> str | None:
+    """Why this node's RAM cannot hold what the plan's estimate keeps on the host (offloaded state), or None."""
+    if plan.memory is None or available is None:
+        return None
+    host = plan.memory.phases[-1]
+    if host.total <= available:
+        return None
+    gib = 1 << 30
+    largest = ", ".join(f"{t.name} {t.bytes / gib:.0f} GiB" for t in sorted(host.terms, key=lambda t: -t.bytes)[:2])
+    settings, lay = plan.settings, plan.layout
+    return (
+        f"OFFLOAD={str(settings.offload).lower()}, NDEVICES_PER_NODE={lay.ndevices_per_node}, TP={lay.tp}, PP={lay.pp}, "
+        f"EP={lay.ep}: the plan keeps {host.total / gib:.0f} GiB on each node's host ({largest}; docs/memory.md), "
+        f"and this node has {available / gib:.0f} GiB (MemTotal, or the container's memory limit): spread the model "
+        "over more nodes (NNODES), or raise the container's memory limit"
+    )
 
 
 def _importable(module: str) -> bool:

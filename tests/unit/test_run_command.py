@@ -163,3 +163,35 @@ def test_a_user_setting_beats_the_smoke_default(tmp_path: Path) -> None:
     assert plan["settings"]["TRAIN_BATCH_SIZE"] == 8
     assert plan["settings"]["MODEL_PATH"] == str(tmp_path / "elsewhere")
     assert plan["settings"]["ROLLOUT_N"] == 4
+
+
+def test_a_node_without_the_host_ram_for_the_offloaded_state_is_refused(tmp_path: Path) -> None:
+    """The default gpu plan keeps about 720 GiB of optimizer state and offloaded weights on each node's host; a node
+    with 512 GiB is named with both figures, before anything starts. This machine's own RAM is read from
+    /proc/meminfo (and a cgroup v2 limit, when lower)."""
+    from recipe.plan import build_plan
+    from recipe.run import preflight
+
+    from .envtools import settings_of
+
+    plan = build_plan(settings_of(DEVICE="gpu", CHECKPOINT_DIR=str(tmp_path)), environ={})
+    assert preflight.host_memory_problem(plan, 2048 << 30) is None
+    problem = preflight.host_memory_problem(plan, 512 << 30)
+    assert problem is not None and problem.startswith("OFFLOAD=true, NDEVICES_PER_NODE=8, TP=2, PP=1, EP=8: the plan keeps 719 GiB")
+    assert "optimizer state (fp32) 393 GiB" in problem and "this node has 512 GiB" in problem
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(preflight, "node_memory_bytes", lambda: 512 << 30)
+        assert problem in preflight.run_problems(plan)
+
+
+def test_the_node_s_ram_is_memtotal_or_a_lower_container_limit(tmp_path: Path) -> None:
+    from recipe.run.preflight import node_memory_bytes
+
+    meminfo, limit = tmp_path / "meminfo", tmp_path / "memory.max"
+    meminfo.write_text("MemTotal:       2097152 kB\nMemFree:        1048576 kB\n")
+    assert node_memory_bytes(meminfo, tmp_path / "absent") == 2 << 30
+    limit.write_text("max\n")
+    assert node_memory_bytes(meminfo, limit) == 2 << 30
+    limit.write_text(f"{1 << 30}\n")
+    assert node_memory_bytes(meminfo, limit) == 1 << 30
+    assert node_memory_bytes(tmp_path / "absent", tmp_path / "absent") is None

@@ -64,27 +64,38 @@ class SizesUnknown(ValueError):
     """config.json lacks a number the estimate needs (the layout rules may still hold)."""
 
 
-def _int(section: Mapping[str, Any], key: str, default: int | None = None) -> int:
-    value = section.get(key, default)
+def _int(section: Mapping[str, Any], key: str) -> int:
+    """A count config.json must give: its absence is not guessed (transformers' class defaults differ by model)."""
+    value = section.get(key)
     if value is None:
         raise SizesUnknown(f"config.json lacks {key}")
     # JSON true/false are Python bools, which are ints; a count is never one.
     if type(value) is not int or value < 0:
-        raise SizesUnknown(f"config.json {key}={json.dumps(value)[:40] if isinstance(value, (int, float, str)) else type(value).__name__}: must be a whole number >= 0")
+        shown = json.dumps(value)[:40] if isinstance(value, (int, float, str)) else type(value).__name__
+        raise SizesUnknown(f"config.json {key}={shown}: must be a whole number >= 0")
     return value
 
 
+_LINEAR_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                "linear_conv_kernel_dim")  # fmt: skip
+
+
 def _layer_kinds(text: Mapping[str, Any], layers: int) -> list[str]:
-    """Each decoder layer's kind: `layer_types` when given, else every `full_attention_interval`-th is full."""
+    """Each decoder layer's kind: `layer_types`, else every `full_attention_interval`-th is full; a config with
+    neither and no Gated DeltaNet keys is all full attention (Qwen3-MoE)."""
     kinds = text.get("layer_types")
     if kinds is not None:
         if not isinstance(kinds, list) or len(kinds) != layers or not all(k in ("full_attention", "linear_attention") for k in kinds):
             raise SizesUnknown(f"config.json layer_types: must list {layers} of full_attention / linear_attention")
         return list(kinds)
-    if _int(text, "linear_num_value_heads", 0) == 0:
-        return ["full_attention"] * layers
-    interval = _int(text, "full_attention_interval", 1) or 1
-    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    if "full_attention_interval" in text:
+        interval = _int(text, "full_attention_interval")
+        if interval < 1:
+            raise SizesUnknown(f"config.json full_attention_interval={interval}: must be at least 1")
+        return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    if any(key in text for key in _LINEAR_KEYS):
+        raise SizesUnknown("config.json has Gated DeltaNet keys but neither layer_types nor full_attention_interval")
+    return ["full_attention"] * layers
 
 
 def _vision_parameters(vision: Mapping[str, Any] | None) -> int:
@@ -94,10 +105,10 @@ def _vision_parameters(vision: Mapping[str, Any] | None) -> int:
     if not isinstance(vision, dict):
         raise SizesUnknown("config.json vision_config must be a JSON object")
     h, inner, depth = _int(vision, "hidden_size"), _int(vision, "intermediate_size"), _int(vision, "depth")
-    patch = _int(vision, "in_channels", 3) * _int(vision, "temporal_patch_size", 2) * _int(vision, "patch_size", 16) ** 2
-    merged = h * _int(vision, "spatial_merge_size", 2) ** 2
-    out = _int(vision, "out_hidden_size", h)
-    embeddings = patch * h + h + _int(vision, "num_position_embeddings", 0) * h
+    patch = _int(vision, "in_channels") * _int(vision, "temporal_patch_size") * _int(vision, "patch_size") ** 2
+    merged = h * _int(vision, "spatial_merge_size") ** 2
+    out = _int(vision, "out_hidden_size")
+    embeddings = patch * h + h + _int(vision, "num_position_embeddings") * h
     block = (3 * h * h + 3 * h) + (h * h + h) + (h * inner + inner) + (inner * h + h) + 4 * h  # qkv, proj, mlp, 2 norms
     merger = 2 * h + (merged * merged + merged) + (merged * out + out)  # norm, fc1, fc2
     return embeddings + depth * block + merger
@@ -112,17 +123,16 @@ def sizes_from_config(config: Mapping[str, Any]) -> ModelSizes:
     if not isinstance(text, dict):
         raise SizesUnknown("config.json text_config must be a JSON object")
     h, vocab, layers = _int(text, "hidden_size"), _int(text, "vocab_size"), _int(text, "num_hidden_layers")
-    heads, kv_heads = _int(text, "num_attention_heads"), _int(text, "num_key_value_heads")
-    head_dim = _int(text, "head_dim", h // heads if heads else None)
-    experts, ffn = _int(text, "num_experts", 0), _int(text, "moe_intermediate_size", 0)
-    shared_ffn = _int(text, "shared_expert_intermediate_size", 0)
-    dense_ffn = _int(text, "intermediate_size", 0) if experts == 0 else 0
-    key_heads, value_heads = _int(text, "linear_num_key_heads", 0), _int(text, "linear_num_value_heads", 0)
-    key_dim = key_heads * _int(text, "linear_key_head_dim", 0)
-    value_dim = value_heads * _int(text, "linear_value_head_dim", 0)
-    conv_kernel = _int(text, "linear_conv_kernel_dim", 0)
+    heads, kv_heads, head_dim = _int(text, "num_attention_heads"), _int(text, "num_key_value_heads"), _int(text, "head_dim")
+    experts, ffn = _int(text, "num_experts"), _int(text, "moe_intermediate_size")
+    shared_ffn = _int(text, "shared_expert_intermediate_size")
     kinds = _layer_kinds(text, layers)
     full, linear = kinds.count("full_attention"), kinds.count("linear_attention")
+    if linear:
+        key_heads, value_heads, key_head_dim, value_head_dim, conv_kernel = (_int(text, k) for k in _LINEAR_KEYS)
+    else:
+        key_heads = value_heads = key_head_dim = value_head_dim = conv_kernel = 0
+    key_dim, value_dim = key_heads * key_head_dim, value_heads * value_head_dim
 
     # q_proj is twice the heads' width: Qwen3.5 gates attention's output, and transformers builds the gate whatever
     # config.json's attn_output_gate says (modeling_qwen3_5_moe.py, Qwen3_5MoeAttention).
@@ -130,14 +140,16 @@ def sizes_from_config(config: Mapping[str, Any]) -> ModelSizes:
     # in_proj_qkvz, in_proj_ba, the depthwise conv over q, k and v, out_proj (transformers Qwen3_5MoeGatedDeltaNet).
     conv_channels = 2 * key_dim + value_dim
     linear_attention = h * (2 * key_dim + 2 * value_dim) + h * 2 * value_heads + conv_channels * conv_kernel + value_dim * h
-    mlp = 3 * h * shared_ffn + 3 * h * dense_ffn
-    per_layer_replicated = 2 * h + (h * experts if experts else 0) + (h if shared_ffn and experts else 0)
-    replicated = h + layers * per_layer_replicated + full * 2 * head_dim + linear * (2 * value_heads + _int(text, "linear_value_head_dim", 0))
-    tied = config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)) is True
+    mlp = 3 * h * shared_ffn
+    # Two norms, the router, and the shared expert's gate, which transformers builds even for a shared expert of size 0.
+    per_layer_replicated = 2 * h + h * experts + h
+    replicated = h + layers * per_layer_replicated + full * 2 * head_dim + linear * (2 * value_heads + value_head_dim)
+    # The top level decides, as in transformers: a nested text_config's own tie_word_embeddings is not read.
+    tied = config.get("tie_word_embeddings") is True
     ssm_bytes = FP32_BYTES if str(text.get("mamba_ssm_dtype", "float32")) == "float32" else BF16_BYTES
     state = linear * (
         conv_channels * max(conv_kernel - 1, 0) * BF16_BYTES
-        + value_heads * _int(text, "linear_key_head_dim", 0) * _int(text, "linear_value_head_dim", 0) * ssm_bytes
+        + value_heads * key_head_dim * value_head_dim * ssm_bytes
     )
     vision = config.get("vision_config") if "text_config" in config else None
     return ModelSizes(
@@ -145,7 +157,7 @@ def sizes_from_config(config: Mapping[str, Any]) -> ModelSizes:
         vocab_size=vocab,
         tied_embeddings=tied,
         num_layers=layers,
-        experts_per_token=_int(text, "num_experts_per_tok", 0),
+        experts_per_token=_int(text, "num_experts_per_tok"),
         moe_ffn_hidden_size=ffn,
         tp_sharded=full * full_attention + linear * linear_attention + layers * mlp,
         replicated=replicated,

@@ -73,8 +73,9 @@ class ModelSource:
     sizes_problem: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form for `plan --json`."""
-        return {"source": self.source, **self.architecture.to_dict()}
+        """JSON-ready form for `plan --json`: the architecture, and the parameter counts the memory estimate uses."""
+        sizes = self.sizes.to_dict() if self.sizes else {"unknown": self.sizes_problem}
+        return {"source": self.source, **self.architecture.to_dict(), "sizes": sizes}
 
 
 #: config.json larger than this is not a model config (HF configs are a few kB).

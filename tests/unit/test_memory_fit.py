@@ -205,6 +205,7 @@ def test_a_config_without_the_sizes_keeps_the_plan_and_says_why(tmp_path: Any) -
     (tmp_path / "config.json").write_text(json.dumps(config))
     plan = _plan(MODEL_PATH=str(tmp_path))
     assert plan.memory is None and "vocab_size" in plan.memory_skipped
+    assert plan.to_dict()["model"]["sizes"] == {"unknown": "config.json lacks vocab_size"}
 
 
 _LITERALS = st.one_of(
@@ -286,7 +287,9 @@ def test_a_workload_reads_dynamic_batching_and_micro_batches() -> None:
 def test_plan_json_carries_the_estimate(tmp_path: Any) -> None:
     result = _entrypoint(["plan", "--json"], DEVICE="npu", CHECKPOINT_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
-    memory = json.loads(result.stdout)["memory"]
+    document = json.loads(result.stdout)
+    memory = document["memory"]
+    assert document["model"]["sizes"]["total"] == 35_107_181_936
     assert memory["device_source"].startswith("one a3 NPU")
     host = memory["phases"][2]
     assert host["capacity_gib"] is None and host["total_gib"] > 500

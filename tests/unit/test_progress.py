@@ -75,6 +75,9 @@ def test_the_total_is_verls_setting_or_the_parquets_rows_per_batch_times_epochs(
     assert total_steps("7", data, 3, 2) == StepTotal(7, False)
     assert total_steps(None, tmp_path / "missing.parquet", 3, 2) is None
     assert total_steps(None, data, 32, 2) is None  # fewer rows than one batch: verl would stop at once
+    assert total_steps(None, data, 10, 3) == StepTotal(3, True)  # exactly one batch a epoch
+    # `-- trainer.total_training_steps=null` (or an empty value) leaves the count to verl, as no override does.
+    assert total_steps("null", data, 3, 2) == total_steps("", data, 3, 2) == StepTotal(6, True)
 
 
 def test_a_thread_prints_while_inside_and_the_last_steps_on_the_way_out(

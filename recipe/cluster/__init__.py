@@ -23,5 +23,6 @@ The rooms, each importing only those above it:
 - ``rules``: what `plan` checks (hosts, GCS address, Ray auth, roles); pure, and all `plan` imports;
 - ``ray_node``: the ``ray start`` argv and the RayNode process;
 - ``readiness``: Ray's view of the nodes, assessed and waited for;
+- ``shared_storage``: every node reads back a nonce in the checkpoint root before training;
 - ``supervisors``: the head, worker and joined supervisors that `run` calls.
 """

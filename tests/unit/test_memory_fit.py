@@ -293,3 +293,58 @@ def test_plan_json_carries_the_estimate(tmp_path: Any) -> None:
     assert memory["device_source"].startswith("one a3 NPU")
     host = memory["phases"][2]
     assert host["capacity_gib"] is None and host["total_gib"] > 500
+
+
+# --- every term of the default plans, from docs/memory.md's table written out here -------------------------------
+
+
+def _terms_of(plan: Any) -> dict[str, dict[str, tuple[float, bool]]]:
+    return {phase.name.split(" (")[0]: {t.name: (t.bytes, t.fixed) for t in phase.terms} for phase in plan.memory.phases}
+
+
+def test_every_term_of_the_default_gpu_plan_is_docs_memory_md_s_formula() -> None:
+    """TP 2, PP 1, EP 8 on 8 GPUs, OFFLOAD on, fixed micro-batches of 1 x (1024 + 2048) tokens."""
+    sizes = sizes_from_config(QWEN3_5_35B_A3B_CONFIG)
+    dense = (sizes.tp_sharded + sizes.embedding + sizes.vision) / 2 + sizes.replicated + sizes.embedding / 2
+    experts = sizes.experts / 8
+    shard, tokens, gib = dense + experts, 3072, 1 << 30
+    terms = _terms_of(_plan())
+    assert terms["actor phase"] == {
+        "actor weights (bf16)": (2 * shard, True),
+        "actor gradients (fp32)": (4 * shard, True),
+        "checkpointed layer inputs": (tokens * 2048 * 2 * 40 / 2, False),
+        "one layer recomputed": (34 * tokens * 2048 / 2, False),
+        "MoE dispatch buffers": (tokens * 8 * (2 * 2048 + 3 * 512) * 2, False),
+        "fp32 logits": (tokens * 248320 / 2 * 4, False),
+    }
+    assert terms["rollout phase"] == {"vLLM pool (0.6 x device)": (0.6 * 80 * gib, True)}
+    assert terms["host RAM per node"] == {
+        "optimizer state (fp32)": (12 * (dense / 4 + experts / 1) * 8, True),
+        "actor weights and gradients offloaded": (6 * shard * 8, True),
+        "reference weights offloaded": (2 * shard * 8, True),
+    }
+
+
+def test_every_term_of_the_default_npu_plan_is_docs_memory_md_s_formula() -> None:
+    """TP 2, PP 2, EP 8 on 16 a3 NPUs of 64 GiB, dynamic batches of 4096 tokens, vLLM asleep at level 1."""
+    sizes = sizes_from_config(QWEN3_5_35B_A3B_CONFIG)
+    dense = (sizes.tp_sharded / 2 + sizes.embedding + sizes.vision) / 2 + sizes.replicated / 2  # first of 2 stages
+    experts = sizes.experts / (2 * 8)
+    shard, tokens, gib = dense + experts, 4096, 1 << 30
+    plan = _plan(DEVICE="npu")
+    terms = _terms_of(plan)
+    assert terms["actor phase"]["actor weights (bf16)"] == (2 * shard, True)
+    assert terms["actor phase"]["checkpointed layer inputs"] == (tokens * 2048 * 2 * 40 / 2, False)
+    assert terms["rollout phase"] == {"vLLM pool (0.65 x device)": (0.65 * 64 * gib, True)}
+    assert terms["host RAM per node"]["optimizer state (fp32)"] == (12 * (dense / 4 + experts / 1) * 16, True)
+    assert terms["host RAM per node"]["vLLM weights while asleep (level 1 on npu)"] == (2 * sizes.total / 8 * 16, True)
+    per_sequence = (1024 + 2048) * 10240 + 2 * sizes.state_bytes_per_sequence / 8
+    kv_space = 0.65 * 64 * gib - 2 * sizes.total / 8 - 256 * 248320 * 4
+    assert plan.memory.kv_sequences == pytest.approx(kv_space / per_sequence, rel=1e-12)
+    document = plan.to_dict()["memory"]
+    assert document["device_gib"] == 64 and document["kv_sequences"] == round(kv_space / per_sequence, 2)
+    for phase, shown in zip(plan.memory.phases, document["phases"]):
+        assert shown["total_gib"] == round(phase.total / gib, 2)
+        assert shown["terms"] == [{"name": t.name, "gib": round(t.bytes / gib, 2), "fixed": t.fixed, "shrink": t.shrink}
+                                  for t in phase.terms]  # fmt: skip
+    assert [p["capacity_gib"] for p in document["phases"]] == [64.0, 64.0, None]

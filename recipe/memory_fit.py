@@ -20,6 +20,7 @@ does not count, and the sources, are in docs/memory.md.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -363,7 +364,7 @@ def _literal(key: str, text: str | None) -> Any:
             number = float(text)
         except ValueError:
             number = None
-        if number is not None and number >= 0 and number == number and number != float("inf"):
+        if number is not None and math.isfinite(number) and number >= 0:
             return number
     raise EstimateSkipped(f"{key}={text!r} is not a literal {'true/false' if isinstance(default, bool) else 'number'}")
 

@@ -163,7 +163,7 @@ def _module_files(verl_root: Path, module: str) -> list[Path]:
 
 
 @lru_cache(maxsize=None)
-def _parsed(file: Path) -> tuple[dict[str, ast.ClassDef], dict[str, str]]:
+def _parsed(verl_root: Path, file: Path) -> tuple[dict[str, ast.ClassDef], dict[str, str]]:
     """A file's classes, and the module each name it imports comes from (relative imports resolved)."""
     try:
         tree = ast.parse(file.read_text(encoding="utf-8"))
@@ -177,16 +177,12 @@ def _parsed(file: Path) -> tuple[dict[str, ast.ClassDef], dict[str, str]]:
                 anchor = package
                 for _ in range(node.level - 1):
                     anchor = anchor.parent
-                base = ".".join(["verl", *anchor.parts[len(_verl_root_of(file).parts):]])
+                base = ".".join(["verl", *anchor.relative_to(verl_root).parts])
                 module = f"{base}.{node.module}" if node.module else base
             else:
                 module = node.module or ""
             imports.update({alias.asname or alias.name: module for alias in node.names})
     return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}, imports
-
-
-def _verl_root_of(file: Path) -> Path:
-    return next(parent for parent in file.parents if parent.name == "verl")
 
 
 @lru_cache(maxsize=None)
@@ -196,7 +192,7 @@ def _dataclass_fields(verl_root: Path, target: str, depth: int = 0) -> dict[str,
     defines them (followed through the imports of the class's file)."""
     module, _, name = target.rpartition(".")
     for file in _module_files(verl_root, module):
-        classes, imports = _parsed(file)
+        classes, imports = _parsed(verl_root, file)
         node = classes.get(name)
         if node is None:
             continue

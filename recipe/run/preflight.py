@@ -8,6 +8,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recipe.memory_fit import GIB
 from recipe.settings import Settings
 
 if TYPE_CHECKING:  # a type only: doctor imports this room's lists without the plan
@@ -119,13 +120,12 @@ def host_memory_problem(plan: Plan, available: int | None) -> str | None:
     host = plan.memory.phases[-1]
     if host.total <= available:
         return None
-    gib = 1 << 30
-    largest = ", ".join(f"{t.name} {t.bytes / gib:.0f} GiB" for t in sorted(host.terms, key=lambda t: -t.bytes)[:2])
+    largest = ", ".join(f"{t.name} {t.bytes / GIB:.0f} GiB" for t in sorted(host.terms, key=lambda t: -t.bytes)[:2])
     settings, lay = plan.settings, plan.layout
     return (
         f"OFFLOAD={str(settings.offload).lower()}, NDEVICES_PER_NODE={lay.ndevices_per_node}, TP={lay.tp}, PP={lay.pp}, "
-        f"EP={lay.ep}: the plan keeps {host.total / gib:.0f} GiB on each node's host ({largest}; docs/memory.md), "
-        f"and this node has {available / gib:.0f} GiB (MemTotal, or the container's memory limit): spread the model "
+        f"EP={lay.ep}: the plan keeps {host.total / GIB:.0f} GiB on each node's host ({largest}; docs/memory.md), "
+        f"and this node has {available / GIB:.0f} GiB (MemTotal, or the container's memory limit): spread the model "
         "over more nodes (NNODES), or raise the container's memory limit"
     )
 

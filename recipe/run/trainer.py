@@ -14,8 +14,9 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -33,6 +34,7 @@ from recipe.launch import (
 from recipe.plan import Plan
 from recipe.record_file import copy_into_new_steps, record_bytes, write_record
 from recipe.run.preflight import _smoke_assets_root, run_problems
+from recipe.run.progress import printing_progress, total_steps
 from recipe.run.resume_guard import resume_problem
 
 logger = logging.getLogger("recipe")
@@ -133,13 +135,8 @@ def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
 
 def _progress(plan: Plan, wanted: bool | None) -> Any:
     """The progress lines' printer while the trainer runs (recipe.run.progress), or nothing: off unless asked or a terminal."""
-    import contextlib
-    import sys
-
-    from recipe.run.progress import printing_progress, total_steps
-
     if not (wanted if wanted is not None else sys.stdout.isatty()):
-        return contextlib.nullcontext()
+        return nullcontext()
     settings = plan.settings
     total = total_steps(override_value(plan.overrides, "trainer.total_training_steps"),
                         settings.resolved_train_files, settings.train_batch_size, settings.total_epochs)  # fmt: skip

@@ -55,6 +55,7 @@ MODULES = {
     "doctor/facts": [f"{U}/test_doctor.py"],
     "doctor/probe": [f"{U}/test_doctor.py", f"{U}/test_doctor_runner.py"],
     "doctor/runner": [f"{U}/test_doctor_runner.py"],
+    "env_names": [f"{U}/test_env_names.py"],
     "errors": [f"{U}/test_cli.py"],
     "export/bridge_export": [f"{E}/test_commands_and_watch.py", f"{E}/test_export_command_inputs.py"],
     "export/commands": [f"{E}/test_commands_and_watch.py", f"{E}/test_export_command_inputs.py"],

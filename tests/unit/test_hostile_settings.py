@@ -13,6 +13,7 @@ import os
 import subprocess
 import threading
 from pathlib import Path
+from random import Random
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings as hsettings, strategies as st
@@ -22,7 +23,7 @@ from recipe.errors import RecipeConfigError
 from recipe.launch import checkpoint_root, hydra_string
 from recipe.models import load_architecture
 from recipe.plan import build_plan
-from recipe.settings import load_settings
+from recipe.settings import Settings, load_settings
 
 from tests.support.needs import TRAINER_EXTRA, needs
 
@@ -352,20 +353,6 @@ def test_any_config_json_gives_sound_numbers_or_lines_naming_model_path(tmp_path
 # --- issue 26: near misses in other programs' families, the .env file, ALLOW_DRIFT's fields ------
 
 
-def _names_read_by(package: str, prefix: str) -> set[str]:
-    """Every `PREFIX...` string literal in an installed package's source: the variables it really reads."""
-    import importlib.util
-    import re as regex
-
-    spec = importlib.util.find_spec(package)
-    assert spec is not None and spec.submodule_search_locations, package
-    pattern = regex.compile(rf"""["']({prefix}[A-Z0-9_]+)["']""")
-    found: set[str] = set()
-    for path in Path(spec.submodule_search_locations[0]).rglob("*.py"):
-        found.update(pattern.findall(path.read_text(errors="replace")))
-    return found
-
-
 @pytest.mark.parametrize(
     ("typo", "meant"),
     [("RAY_WAIT_TIMOUT", "RAY_WAIT_TIMEOUT"), ("WANDB_APIKEY", "WANDB_API_KEY"), ("HF_TOKN", "HF_TOKEN"),
@@ -377,14 +364,76 @@ def test_a_typo_of_our_setting_inside_another_programs_family_is_named(typo: str
     assert near_miss_warnings({typo: "1"}) == [f"{typo} is not a setting (ignored); did you mean {meant}?"]
 
 
-@pytest.mark.parametrize(("package", "prefix"), [("ray", "RAY_"), ("huggingface_hub", "HF_"), ("wandb", "WANDB_")])
-def test_no_variable_the_library_really_reads_is_called_a_typo(package: str, prefix: str) -> None:
-    """The names come from the installed library's own source, not from a list kept here."""
+@pytest.mark.parametrize(
+    ("typo", "meant", "reader"),
+    [("WANDB_PROJET", "WANDB_PROJECT", "wandb"), ("NCCL_DEBG", "NCCL_DEBUG", "nvidia_nccl_cu13"),
+     ("NCCL_SOCKET_IFNAM", "NCCL_SOCKET_IFNAME", "nvidia_nccl_cu13"),
+     ("HCCL_CONECT_TIMEOUT", "HCCL_CONNECT_TIMEOUT", "torch_npu"), ("RAY_DEDUP_LOGZ", "RAY_DEDUP_LOGS", "ray"),
+     ("HF_HUB_OFLINE", "HF_HUB_OFFLINE", "huggingface_hub"), ("VLLM_ASCEND_ENABLE_NZZ", "VLLM_ASCEND_ENABLE_NZ", "vllm_ascend"),
+     # A slip in the prefix leaves the family; the name is still found.
+     ("HCL_EXEC_TIMEOUT", "HCCL_EXEC_TIMEOUT", "torch_npu"), ("WANDBB_PROJECT", "WANDB_PROJECT", "wandb")],
+)  # fmt: skip
+def test_a_typo_of_a_variable_a_library_reads_is_named_with_the_library(typo: str, meant: str, reader: str) -> None:
     from recipe.settings import near_miss_warnings
 
-    names = _names_read_by(package, prefix)
-    assert len(names) > 10, names
-    assert near_miss_warnings(dict.fromkeys(names, "1")) == []
+    assert near_miss_warnings({typo: "1"}) == [
+        f"{typo} is read by no library of the images (ignored); did you mean {meant}, which {reader} reads?"
+    ]
+
+
+def test_no_variable_a_library_reads_is_called_a_typo() -> None:
+    """Every name of recipe/env_names.json, and every one the libraries installed here read (wandb may be newer)."""
+    from recipe.env_names import known_names, scan_installed
+    from recipe.settings import near_miss_warnings
+
+    table = {name for names in known_names().values() for name in names}
+    installed = {name for entry in scan_installed().values() for names in entry.values() for name in names}
+    assert len(table) > 1000 and len(installed) > 500
+    assert near_miss_warnings(dict.fromkeys(table | installed, "1")) == []
+
+
+def _slips(name: str, random: Random) -> str:
+    at = random.randrange(1, len(name) - 1)
+    return random.choice([
+        name[:at] + name[at + 1 :], name[:at] + name[at] + name[at:], name[:at] + random.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") + name[at + 1 :],
+        name[:at] + name[at + 1] + name[at] + name[at + 2 :],
+    ])  # fmt: skip
+
+
+def test_the_family_cutoff_is_the_measured_tradeoff() -> None:
+    """settings.FAMILY_TYPO_CUTOFF's comment: one-letter slips named, and real names left out of the list spared."""
+    import difflib
+
+    from recipe.env_names import known_names
+    from recipe.settings import FAMILY_TYPO_CUTOFF
+
+    random = Random(0)
+    named = slipped = alarms = names_seen = 0
+    for names in known_names().values():
+        listed = sorted(names)
+        for name in listed:
+            typo = _slips(name, random)
+            if typo not in names:
+                slipped += 1
+                named += difflib.get_close_matches(typo, listed, n=1, cutoff=FAMILY_TYPO_CUTOFF) == [name]
+            names_seen += 1
+            alarms += bool(difflib.get_close_matches(name, [other for other in listed if other != name], n=1, cutoff=FAMILY_TYPO_CUTOFF))
+    assert named / slipped >= 0.97 and alarms / names_seen <= 0.07, (named / slipped, alarms / names_seen)
+
+
+@hsettings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_any_one_letter_slip_in_a_long_library_name_is_caught(data: st.DataObject) -> None:
+    # From 13 letters on, any one slip keeps difflib's ratio above the family cutoff: a warning is certain.
+    from recipe.env_names import known_names
+    from recipe.settings import near_miss_warnings
+
+    known = {name for names in known_names().values() for name in names}
+    name = data.draw(st.sampled_from(sorted(name for name in known if len(name) >= 13)))
+    typo = _slips(name, Random(data.draw(st.integers(0, 2**32))))
+    assume(typo not in known and typo.upper() not in {n.upper() for n in Settings.model_fields})
+    warnings = near_miss_warnings({typo: "1"})
+    assert len(warnings) == 1 and "(ignored); did you mean " in warnings[0], (typo, warnings)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,94 @@
+"""recipe/env_names.json: the variables each library of the images reads, read out of the libraries.
+
+The table is checked against the images' locks (same versions), against the libraries installed
+here (the same scanner finds the same names wherever the version is the table's), and the
+scanner against files made to hold names, non-names and near-names. tests/images checks the
+built images' own libraries against it (`python -m recipe.env_names check`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from recipe import env_names
+
+DOCKER = Path(__file__).resolve().parents[2] / "docker"
+
+
+def _pins(device: str) -> dict[str, str]:
+    """Normalised distribution -> version of every pin of docker/DEVICE/*.lock."""
+    pins = {}
+    for lock in sorted((DOCKER / device).glob("*.lock")):
+        for match in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^ ;\\\n]+)", lock.read_text(), re.M):
+            pins[re.sub(r"[-_.]+", "_", match.group(1)).lower()] = match.group(2)
+    return pins
+
+
+def _table() -> dict[str, dict]:
+    return json.loads(env_names.TABLE.read_text(encoding="utf-8"))
+
+
+def test_the_table_holds_every_owner_an_image_pins_at_the_pinned_version() -> None:
+    owners = {owner for family in env_names.FAMILIES.values() for owner in family}
+    pinned = {f"{name}=={version}" for device in ("gpu", "npu") for name, version in _pins(device).items() if name in owners}
+    assert {"vllm==0.24.0", "vllm==0.23.0", "torch_npu==2.10.0.post4", "nvidia_nccl_cu13==2.28.9"} <= pinned
+    # An entry of another version is a pin that moved: `python -m recipe.env_names write` (its docstring says where).
+    assert set(_table()) == pinned
+
+
+def test_the_table_is_what_the_libraries_installed_here_read() -> None:
+    # The same scanner over the installed copies: where the version is the table's, the names are.
+    installed = env_names.scan_installed()
+    same = {key: entry for key, entry in installed.items() if key in _table()}
+    assert {"ray==2.60.0", "huggingface_hub==1.33.0", "transformers==5.10.4", "datasets==5.2.0"} <= set(same), sorted(installed)
+    assert env_names.differences(_table(), same) == []
+
+
+def test_check_names_each_name_the_table_lacks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    table = _table()
+    table["ray==2.60.0"]["RAY_"].remove("RAY_DEDUP_LOGS")
+    monkeypatch.setattr(env_names, "TABLE", tmp_path / "env_names.json")
+    env_names.TABLE.write_text(json.dumps(table))
+    assert env_names.main(["check"]) == 1
+    assert "ray==2.60.0 RAY_*: reads ['RAY_DEDUP_LOGS'] too, not []" in capsys.readouterr().err
+
+
+def _wheel(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, content in members.items():
+            wheel.writestr(name, content)
+    return path
+
+
+def test_a_wheel_gives_quoted_names_in_python_and_whole_c_strings_in_libraries(tmp_path: Path) -> None:
+    wheel = _wheel(
+        tmp_path / "torch_npu-9.9-cp312-cp312-linux_aarch64.whl",
+        {
+            "torch_npu/env.py": b'os.getenv("HCCL_EXEC_TIMEOUT")\nPREFIX = "HCCL_PART_"\n# HCCL_IN_A_COMMENT\nx = "hccl_lower"\n',
+            "torch_npu/lib/libtorch_npu.so.2": b"\x7fELF\x00HCCL_BUFFSIZE\x00xHCCL_INSIDE\x00HCCL_TAIL",
+            "torch_npu/data.txt": b'"HCCL_IN_TEXT"',
+        },
+    )
+    assert env_names.scan_archive(wheel) == ("torch_npu==9.9", {"HCCL_": ["HCCL_BUFFSIZE", "HCCL_EXEC_TIMEOUT"]})
+
+
+def test_an_sdist_gives_only_its_packages_names(tmp_path: Path) -> None:
+    sdist = tmp_path / "vllm-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for name, text in {"vllm-1.0/vllm/envs.py": b'"VLLM_PORT"', "vllm-1.0/tests/test_x.py": b'"VLLM_TEST_ONLY"'}.items():
+            entry = tarfile.TarInfo(name)
+            entry.size = len(text)
+            archive.addfile(entry, io.BytesIO(text))
+    assert env_names.scan_archive(sdist) == ("vllm==1.0", {"VLLM_": ["VLLM_PORT"]})
+
+
+def test_an_archive_of_no_familys_owner_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="numpy owns no family"):
+        env_names.scan_archive(_wheel(tmp_path / "numpy-2.0-cp312-cp312-linux_x86_64.whl", {}))

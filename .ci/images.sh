@@ -173,11 +173,13 @@ EOF
 }
 
 build_gpu() {
-    # The whole gpu Dockerfile, default target; its log is kept for the build-time record.
+    # The whole gpu image (docker/Dockerfile, DEVICE=gpu: its framework with Transformer Engine
+    # compiled, then the recipe), as `docker compose build gpu` builds it; the log is kept for
+    # the build-time record.
     local secret=()
     [ -s "$PIP_CA" ] && secret=(--secret "id=pip-ca,src=$PIP_CA")
     log "building grpo-recipe:gpu (full framework; log: $WORK/build-gpu.log)"
-    if ! "$DOCKER" build --progress=plain -f "$REPO/docker/gpu/Dockerfile" \
+    if ! "$DOCKER" build --progress=plain -f "$REPO/docker/Dockerfile" --build-arg DEVICE=gpu \
         --build-arg PYTHON_IMAGE="$PYTHON_BASE" --build-arg MAX_JOBS="$MAX_JOBS" \
         --build-arg RECIPE_VERSION="$VERSION" --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" "${secret[@]}" \
         -t grpo-recipe:gpu "$REPO" >"$WORK/build-gpu.log" 2>&1; then
@@ -188,7 +190,8 @@ build_gpu() {
 }
 
 build_npu_recipe() {
-    "$DOCKER" build --quiet -f "$REPO/docker/npu/Dockerfile" --target recipe \
+    # The recipe stage alone, on the stand-in framework (BuildKit never reaches the CANN stages).
+    "$DOCKER" build --quiet -f "$REPO/docker/Dockerfile" --build-arg DEVICE=npu \
         --build-arg RECIPE_BASE="$STANDIN" --build-arg RECIPE_VERSION="$VERSION" \
         --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" -t grpo-recipe:npu "$REPO" >/dev/null
 }

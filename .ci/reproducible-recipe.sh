@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prove that the recipe stage is reproducible: two builds of it from this commit, without
-# cache, must give the same image ID, for the gpu and the npu Dockerfile. Called by
+# cache, must give the same image ID, for the gpu and the npu image (docker/Dockerfile's recipe stage). Called by
 # .ci/images.sh after it built the stand-in framework (the base both stages go on here);
 # runs alone too, as root, with a dockerd that holds the stand-in:
 #
@@ -61,8 +61,8 @@ build() {  # build DEVICE TAG RECIPE_VERSION: the recipe stage, no cache, into $
     local device="$1" tag="$2" version="$3" image="localhost/grpo-recipe-reproducible:$2"
     buildah build --quiet --no-cache --pull=never --network=none --format docker \
         --timestamp "$SOURCE_DATE_EPOCH" --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" \
-        --build-arg RECIPE_BASE="$BASE" --build-arg RECIPE_VERSION="$version" \
-        -f "$REPO/docker/$device/Dockerfile" --target recipe -t "$image" "$REPO" >/dev/null \
+        --build-arg RECIPE_BASE="$BASE" --build-arg DEVICE="$device" --build-arg RECIPE_VERSION="$version" \
+        -f "$REPO/docker/Dockerfile" --target recipe -t "$image" "$REPO" >/dev/null \
         || die "buildah could not build the $device recipe stage"
     BUILT+=("$image")
     skopeo copy --quiet "containers-storage:$image" "oci:$LAYOUT:$tag"

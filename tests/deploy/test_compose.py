@@ -94,8 +94,15 @@ def test_gpu_service_reserves_every_gpu(compose_bin: str) -> None:
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"capabilities": ["gpu"], "driver": "nvidia", "count": -1}]  # -1: all
     assert gpu["image"] == "grpo-recipe:gpu"
-    assert gpu["build"]["dockerfile"] == "docker/gpu/Dockerfile"
     assert gpu["environment"]["DEVICE"] == "gpu"
+
+
+@pytest.mark.parametrize("device", ["gpu", "npu"])
+def test_each_image_is_the_one_dockerfile_for_its_device(compose_bin: str, device: str) -> None:
+    """`docker compose build DEVICE` is docker/Dockerfile with DEVICE: its framework and the one recipe stage (issue 24)."""
+    build = _config(compose_bin, FILES["up"], device)["services"][device]["build"]
+    assert build["dockerfile"] == "docker/Dockerfile" and build["args"]["DEVICE"] == device
+    assert "target" not in build  # the last stage, the recipe
 
 
 def test_npu_service_maps_devices_and_driver_without_privileged(compose_bin: str) -> None:

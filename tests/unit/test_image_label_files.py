@@ -16,7 +16,7 @@ import pytest
 
 from .envtools import REPO
 
-DOCKERFILES = sorted(REPO.glob("docker/*/Dockerfile"))
+DOCKERFILES = sorted(REPO.glob("docker/**/Dockerfile"))
 #: The labels doctor compares (recipe/doctor/checks.py: check_labels).
 COMPARED = re.compile(r"io\.grpo-recipe\.[\w.-]+|org\.opencontainers\.image\.version")
 

@@ -21,19 +21,20 @@ sys.path.insert(0, str(REPO / "tests" / "images"))
 import oci_diff  # noqa: E402  (a script beside the image suites, not a package)
 
 
-def _recipe_stage(dockerfile: Path) -> list[str]:
-    lines = dockerfile.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("FROM ") and line.endswith(" AS recipe"))
-    return lines[start:]
-
-
-@pytest.mark.parametrize("device", ["gpu", "npu"])
-def test_recipe_stage_takes_source_date_epoch_before_its_first_run(device: str) -> None:
+def test_recipe_stage_takes_source_date_epoch_before_its_first_run() -> None:
     # Without it pip stamps .pyc files with the build's clock and useradd dates /etc/shadow
     # by today: two builds of one commit differ (measured: 44 files in the npu stage).
-    stage = _recipe_stage(REPO / "docker" / device / "Dockerfile")
+    lines = (REPO / "docker" / "Dockerfile").read_text().splitlines()
+    stage = lines[next(i for i, line in enumerate(lines) if line.endswith(" AS recipe")) :]
     first_run = next(i for i, line in enumerate(stage) if line.startswith("RUN "))
     assert "ARG SOURCE_DATE_EPOCH" in stage[:first_run]
+
+
+def test_the_recipe_stage_is_written_once() -> None:
+    # One stage on either framework (issue 24): DEVICE picks the framework, and nothing else is copied twice.
+    text = "\n".join(path.read_text() for path in REPO.glob("docker/**/Dockerfile"))
+    assert text.count(" AS recipe\n") == 1 and text.count("COPY recipe ") == 1
+    assert "ARG RECIPE_BASE=${DEVICE}-framework" in text
 
 
 def _write_layout(root: Path, tag: str, files: dict[str, bytes], created: str = "2026-01-01T00:00:00Z") -> None:

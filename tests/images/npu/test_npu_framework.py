@@ -17,7 +17,7 @@ import json
 from conftest import TRAINER_IMPORTS, Image, lock_pins, marked_line
 
 PINS = lock_pins("npu")
-DOCKERFILE = (Path(__file__).resolve().parents[3] / "docker" / "npu" / "Dockerfile").read_text()
+DOCKERFILE = (Path(__file__).resolve().parents[3] / "docker" / "Dockerfile").read_text()
 # Not on PyPI, so not in the lock: the Dockerfile's pin is the expected version.
 TRITON_ASCEND = re.search(r"^ARG TRITON_ASCEND_VERSION=(\S+)$", DOCKERFILE, re.M)
 PACKAGES = [
@@ -81,7 +81,7 @@ def test_npu_module_is_installed(host: Any, module: str) -> None:
 
 @pytest.mark.framework
 def test_triton_ascend_version_is_the_dockerfiles_pin(host: Any) -> None:
-    assert TRITON_ASCEND is not None, "docker/npu/Dockerfile: no ARG TRITON_ASCEND_VERSION"
+    assert TRITON_ASCEND is not None, "docker/Dockerfile: no ARG TRITON_ASCEND_VERSION"
     installed = _python(host, "import importlib.metadata as m; print(m.version('triton-ascend'))")
     assert installed == TRITON_ASCEND.group(1)
 

@@ -92,3 +92,53 @@ def test_an_sdist_gives_only_its_packages_names(tmp_path: Path) -> None:
 def test_an_archive_of_no_familys_owner_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="numpy owns no family"):
         env_names.scan_archive(_wheel(tmp_path / "numpy-2.0-cp312-cp312-linux_x86_64.whl", {}))
+
+
+def test_write_adds_the_archives_entries_and_keeps_the_others(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setattr(env_names, "TABLE", tmp_path / "env_names.json")
+    env_names.TABLE.write_text(json.dumps({"ray==1.0": {"RAY_": ["RAY_ADDRESS"]}, "wandb==2.0": {"WANDB_": ["WANDB_MODE"]}}))
+    wheel = _wheel(tmp_path / "wandb-3.0-py3-none-any.whl", {"wandb/env.py": b'"WANDB_PROJECT"'})
+    assert env_names.main(["write", str(wheel)]) == 0
+    assert json.loads(env_names.TABLE.read_text()) == {
+        "ray==1.0": {"RAY_": ["RAY_ADDRESS"]}, "wandb==2.0": {"WANDB_": ["WANDB_MODE"]}, "wandb==3.0": {"WANDB_": ["WANDB_PROJECT"]},
+    }  # fmt: skip
+    assert capsys.readouterr().out.splitlines() == ["ray==1.0: 1 RAY_*", "wandb==2.0: 1 WANDB_*", "wandb==3.0: 1 WANDB_*"]
+
+
+def test_write_without_archives_scans_what_is_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(env_names, "TABLE", tmp_path / "env_names.json")
+    assert env_names.main(["write"]) == 0
+    assert json.loads(env_names.TABLE.read_text()) == env_names.scan_installed()
+
+
+def test_check_names_an_installed_version_the_table_lacks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setattr(env_names, "TABLE", tmp_path / "env_names.json")
+    env_names.TABLE.write_text("{}")
+    assert env_names.main(["check"]) == 1
+    err = capsys.readouterr().err
+    assert "env_names: ray==2.60.0 is installed, env_names.json has no entry for it" in err.splitlines()
+
+
+def test_check_names_a_name_the_library_no_longer_reads() -> None:
+    assert env_names.differences({"x==1": {"RAY_": ["RAY_A", "RAY_OLD"]}}, {"x==1": {"RAY_": ["RAY_A"]}}) == [
+        "x==1 RAY_*: reads [] too, not ['RAY_OLD']"
+    ]
+    assert env_names.differences({"x==1": {}}, {"x==1": {"RAY_": ["RAY_A"]}}) == ["x==1 RAY_*: reads ['RAY_A'] too, not []"]
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "wandb.zip", "wandb-1.0.tar.bz2"])
+def test_a_file_that_is_no_archive_is_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(SystemExit, match=f"error: {re.escape(name)}: neither a wheel nor an sdist"):
+        env_names.scan_archive(tmp_path / name)
+
+
+def test_a_command_is_required() -> None:
+    with pytest.raises(SystemExit) as refused:
+        env_names.main([])
+    assert refused.value.code == 2
+
+
+def test_a_file_past_the_size_bound_is_not_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path / "ray-1.0-py3-none-any.whl", {"ray/a.py": b'"RAY_AA"', "ray/b.py": b'"RAY_BBBBBB"'})
+    monkeypatch.setattr(env_names, "MAX_FILE_BYTES", len(b'"RAY_AA"'))
+    assert env_names.scan_archive(wheel) == ("ray==1.0", {"RAY_": ["RAY_AA"]})

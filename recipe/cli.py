@@ -23,13 +23,13 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from recipe import __version__
 from recipe.cluster import rules
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.doctor.command import add_doctor_parser, run_doctor
-from recipe.errors import RecipeConfigError, report_errors
+from recipe.errors import RecipeConfigError, one_line, report_errors
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.report import printable
 from recipe.help import add_command
@@ -51,8 +51,20 @@ EXIT_CONFIG = 2
 EXIT_CLUSTER = 3
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors are report_errors' lines: escaped, and a JSON document with --json."""
+
+    #: Whether the command line asked for JSON (set by main before parsing).
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        command = self.prog.split()[-1] if " " in self.prog else "entrypoint.py"
+        sys.exit(report_errors(command, [message], EXIT_CONFIG, _Parser.json_errors))
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="entrypoint.py",
         description="GRPO training of Qwen3.5-35B-A3B with verl + Megatron-Bridge on gpu or npu. "
         "Settings come from environment variables (see README).",
@@ -119,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours, extra = _split_extra(sys.argv[1:] if argv is None else argv)
     command = None
     try:
+        _Parser.json_errors = "--json" in ours
         parser = _parser()
         args, unknown = parser.parse_known_args(ours)
         command = args.command
@@ -126,10 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides = [arg for arg in unknown if "=" in arg and not arg.startswith("-")]
             if overrides and command in ("plan", "run"):
                 shown = " ".join(shlex.quote(arg) for arg in overrides)
-                print(f"error: {printable(shown)}: Hydra overrides go after `--`, e.g. "
-                      f"entrypoint.py {command} -- {printable(shown)}", file=sys.stderr)  # fmt: skip
-                return EXIT_CONFIG
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+                hint = f"{shown}: Hydra overrides go after `--`, e.g. entrypoint.py {command} -- {shown}"
+                return report_errors(command, [hint], EXIT_CONFIG, _Parser.json_errors)
+            parser.print_usage(sys.stderr)
+            return report_errors(command, [f"unrecognized arguments: {' '.join(unknown)}"], EXIT_CONFIG, _Parser.json_errors)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
         code = _dispatch(args, extra)
         sys.stdout.flush()
@@ -186,5 +199,5 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         # Not 2: a Kubernetes Job gives up at once on a config error, while nodes that
         # came up too late deserve the restart policy's retry.
         for problem in error.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print(f"error: {one_line(problem)}", file=sys.stderr)
         return EXIT_CLUSTER

@@ -14,18 +14,32 @@ class RecipeConfigError(Exception):
         super().__init__("\n".join(self.problems))
 
 
+#: The longest problem line printed: a value from a hostile file (a record, a config) can be megabytes.
+MAX_LINE = 2000
+
+
+def one_line(text: str) -> str:
+    """`text` as one printable line of at most MAX_LINE characters (control characters escaped, the rest cut)."""
+    from .export.report import printable
+
+    shown = printable(text)
+    return shown if len(shown) <= MAX_LINE else f"{shown[: MAX_LINE - 40]}... ({len(shown) - MAX_LINE + 40} more characters)"
+
+
 def report_errors(command: str, problems: list[str], exit_code: int, as_json: bool) -> int:
     """Print one `error: ` line per problem on stderr and, with --json, one JSON document on stdout; return exit_code.
 
     A caller that asked for JSON reads stdout alone: a failure is a document too
     ({"schema_version": 1, "command", "status": "error", "exit_code", "errors"}), never nothing.
+    Every line is one_line(): a problem may quote a hostile value, which must not forge lines.
     """
     import json
     import sys
 
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+    lines = [one_line(problem) for problem in problems]
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
     if as_json:
-        document = {"schema_version": 1, "command": command, "status": "error", "exit_code": exit_code, "errors": problems}
+        document = {"schema_version": 1, "command": command, "status": "error", "exit_code": exit_code, "errors": lines}
         print(json.dumps(document, indent=2))
     return exit_code

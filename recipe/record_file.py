@@ -88,6 +88,24 @@ def _problem(error: ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")  # Python's reader takes NaN and Infinity; a record of ours never has them
+
+
+def _no_unwritable_text(value: Any) -> None:
+    """ValueError for a NUL or a lone surrogate anywhere (a key or a string): no path or value of ours holds one.
+
+    Either breaks whatever reads it next (a path with NUL cannot be opened, a surrogate cannot be
+    encoded), so a record holding one is refused as a whole.
+    """
+    texts = [value] if isinstance(value, str) else list(value) if isinstance(value, dict) else []
+    for text in texts:
+        if "\x00" in text or any("\ud800" <= char <= "\udfff" for char in text):
+            raise ValueError("a NUL or a lone surrogate in a string")
+    for inner in value.values() if isinstance(value, dict) else value if isinstance(value, list) else []:
+        _no_unwritable_text(inner)
+
+
 def read_record(path: Path) -> dict[str, Any] | None:
     """A stored run record's provenance, validated; None when nothing is at `path` (not even a link).
 
@@ -105,11 +123,12 @@ def read_record(path: Path) -> dict[str, Any] | None:
     except OSError as error:
         raise UnreadableRecord(f"{path}: cannot be read ({error.strerror or type(error).__name__})") from None
     try:
-        document = json.loads(read_bounded(fd, RECORD_MAX_BYTES).decode("utf-8"))
+        document = json.loads(read_bounded(fd, RECORD_MAX_BYTES).decode("utf-8"), parse_constant=_not_json)
+        _no_unwritable_text(document)
     except FileRefused as error:
         raise UnreadableRecord(f"{path}: {error}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise UnreadableRecord(f"{path}: not a run record ({type(error).__name__})") from None
+        raise UnreadableRecord(f"{path}: not a run record ({type(error).__name__}: {str(error)[:120]})") from None
     except OSError as error:
         raise UnreadableRecord(f"{path}: cannot be read ({error.strerror or type(error).__name__})") from None
     finally:

@@ -32,9 +32,12 @@ from recipe.settings import SECRET_SETTINGS, Settings
 
 EXIT_OK, EXIT_CANNOT_READ = 0, 2
 
-#: The settings model's own names; replay writes them all but the secrets.
+#: The settings model's own names; replay writes them all but the secrets and ALLOW_DRIFT (a decision
+#: about one resume, which a replayed record must not make for the next: it would switch off the guard).
 SETTINGS = frozenset(name.upper() for name in Settings.model_fields)
-REPLAYABLE = SETTINGS - SECRET_SETTINGS
+REPLAYABLE = SETTINGS - SECRET_SETTINGS - {"ALLOW_DRIFT"}
+#: The longest value or comment line written: docker's --env-file reader stops at a 64 KiB line.
+MAX_LINE = 4096
 #: Characters every reader takes literally, unquoted: no whitespace, quote, `$` (Compose expands it),
 #: `#` (a comment), `~` (bash expands it at the start), glob or control character.
 PLAIN_CHARACTERS = "letters, digits and _ . / : , @ % + = -"
@@ -69,6 +72,11 @@ def env_line(name: str, value: Any) -> str:
         text = str(value)
     else:
         raise UnwritableRecord(f"{name}: a {type(value).__name__} in the record, not a setting's value")
+    if len(text) > MAX_LINE:
+        raise UnwritableRecord(
+            f"{name}: a value of {len(text)} characters, not written (at most {MAX_LINE}: docker's --env-file "
+            "reader refuses a line of 64 KiB); set it by hand"
+        )
     if not _PLAIN.fullmatch(text):
         raise UnwritableRecord(
             f"{name}={printable(text)!r}: not written, since bash, dash, Compose's env_file and docker's --env-file "
@@ -78,8 +86,9 @@ def env_line(name: str, value: Any) -> str:
 
 
 def _comment(text: str) -> str:
-    """One comment line, whatever `text` holds (a newline would start a line of its own)."""
-    return "# " + printable(text)
+    """One comment line, whatever `text` holds (a newline would start a line of its own), at most MAX_LINE long."""
+    shown = printable(text)
+    return "# " + (shown if len(shown) <= MAX_LINE else shown[: MAX_LINE - 60] + " ... (cut here: the record holds it all)")
 
 
 def replay_lines(record: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
@@ -98,12 +107,15 @@ def replay_lines(record: dict[str, Any], path: Path) -> tuple[list[str], list[st
 
 def run_replay(args: argparse.Namespace, now: dict[str, Any] | None = None) -> int:
     """Handler of `replay`: NOW is the record of the current inputs (computed when None)."""
-    path = args.record / RECORD_NAME if args.record.is_dir() else args.record
     shown = printable(str(args.record))
     try:
+        path = args.record / RECORD_NAME if args.record.is_dir() else args.record
         record = read_record(path)
     except UnreadableRecord as error:
         print(f"error: RECORD={shown!r}: {printable(str(error))}", file=sys.stderr)
+        return EXIT_CANNOT_READ
+    except (OSError, ValueError) as error:  # a name too long, or one the file system cannot take
+        print(f"error: RECORD={shown!r}: cannot be read ({printable(str(error))})", file=sys.stderr)
         return EXIT_CANNOT_READ
     if record is None:
         print(f"error: RECORD={shown!r}: no {RECORD_NAME} there", file=sys.stderr)
@@ -145,9 +157,14 @@ def comparable(path: Path, owner: int) -> str | None:
     """
     try:
         info = path.stat()
-    except OSError:
-        return None  # not there: compared as absent
-    if info.st_uid == owner or info.st_mode & stat.S_IROTH:
+        folders = [folder.stat() for folder in path.absolute().parents]
+    except (OSError, ValueError):
+        return None  # not there (or no name a file system takes): compared as absent
+    # The owner must reach the file too: every folder on the way searchable by it or by everyone.
+    for folder, found in zip(path.absolute().parents, folders):
+        if not (found.st_uid == owner and found.st_mode & stat.S_IXUSR or found.st_mode & stat.S_IXOTH):
+            return f"{path}: the record owner (uid {owner}) cannot reach it through {folder}"
+    if info.st_uid == owner and info.st_mode & stat.S_IRUSR or info.st_mode & stat.S_IROTH:
         return None
     return f"{path} is neither the record owner's (uid {owner}) nor readable by everyone"
 

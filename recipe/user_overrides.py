@@ -18,8 +18,14 @@ from recipe.launch import _RAY_ENV, ALLOCATOR_POLICY, Override, _override_key
 #: Secrets the recipe knows by name; any other variable whose name looks like one counts too.
 SECRET_VARIABLES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN"})
 _SECRET_NAME = re.compile(
-    r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|(^|_)(KEYS?|AUTH|COOKIE|SESSION|PASS)(_|$)"
+    r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|PASS$"
+    r"|(^|_)(KEYS?|AUTH|COOKIE|SESSION|PASS|PWD|DSN)(_|$)"
 )
+#: A URL that carries its password (scheme://user:password@host): a secret whatever key holds it.
+_URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@")
+#: Config keys whose children are environment variables (Ray's runtime_env.env_vars, ...): their
+#: names follow is_secret_name in any case (github_token, hfToken), not is_secret_key.
+_ENVIRONMENT_KEYS = frozenset({"env_vars", "env", "environment", "envs"})
 # `${oc.env:NAME...}` (and OmegaConf 2.0's `${env:...}`), spaces allowed where OmegaConf allows them.
 _ENV_READ = re.compile(r"\$\{\s*(?:oc\.env|env)\s*:\s*(?P<arg>[^,}]*)")
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -29,10 +35,11 @@ def is_secret_name(name: str) -> bool:
     """Whether an environment variable of this name is treated as a secret.
 
     The rule: a known secret (SECRET_VARIABLES), or a name containing TOKEN, SECRET, PASSW,
-    PASSPHRASE, CREDENTIAL, PRIVATE, APIKEY/API_KEY or ACCESS_KEY, or having KEY(S), AUTH,
-    COOKIE, SESSION or PASS as one of its underscore-separated words (case-insensitive).
+    PASSPHRASE, CREDENTIAL, PRIVATE, APIKEY/API_KEY or ACCESS_KEY, ending in PASS (SSHPASS), or
+    having KEY(S), AUTH, COOKIE, SESSION, PASS, PWD (MYSQL_PWD) or DSN as one of its
+    underscore-separated words (case-insensitive; camelCase words count as words: mysqlPwd, hfToken).
     """
-    upper = name.upper()
+    upper = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).upper()
     return upper in SECRET_VARIABLES or bool(_SECRET_NAME.search(upper))
 
 
@@ -156,10 +163,19 @@ def is_secret_key(name: str) -> bool:
 
 
 def shown_override(text: str) -> str:
-    """An override as a message quotes it: its value withheld when a word of its key names a secret."""
-    key = text.split("=", 1)[0]
-    if "=" in text and any(is_secret_key(word) for word in re.split(r"[.\[\]/@:+~]+", key) if word):
-        return repr(f"{key}=<value withheld: a secret's>")
+    """An override as a message quotes it: its value withheld when it may hold a secret.
+
+    That is when a word of its key names a secret (is_secret_key), a word of its value could be
+    a secret's name in any case (`{hfToken: ...}`, an unparseable dict), or it holds a URL with a
+    password. A message about an override Hydra cannot parse must not repeat a secret in it.
+    """
+    key, _, value = text.partition("=")
+    if "=" in text and (
+        _secret_words(key)
+        or any(is_secret_name(word) for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", value))
+        or _URL_WITH_PASSWORD.search(value)
+    ):
+        return repr(f"{key}=<value withheld: it may hold a secret>")
     return repr(text)
 
 
@@ -196,15 +212,35 @@ def parse_user_override(text: str, parser: Any) -> UserOverride | str:
     )
 
 
-def _secrets_set(key: str, value: Any) -> list[str]:
-    """The secret names an override gives a value to: the last word of its key, or a key of a dict in its value."""
-    found = [key.rsplit(".", 1)[-1]] if value not in (None, "") and is_secret_key(key.rsplit(".", 1)[-1]) else []
+def _secret_words(key: str, in_environment: bool = False) -> list[str]:
+    """The words of a config key that name a secret: is_secret_key, or is_secret_name under an environment dict."""
+    words = [word for word in re.split(r"[.\[\]/@:+~]+", key) if word]
+    return [
+        word
+        for at, word in enumerate(words)
+        if (is_secret_name(word) if in_environment or (at > 0 and words[at - 1] in _ENVIRONMENT_KEYS) else is_secret_key(word))
+    ]
+
+
+def _secrets_set(key: str, value: Any, in_environment: bool = False) -> list[str]:
+    """The secret names an override gives a value to: any word of its key, or of a key of a dict in its value.
+
+    Under an environment dict (_ENVIRONMENT_KEYS) a name is an environment variable's and follows
+    is_secret_name in any case. A URL with a password is a secret whatever holds it.
+    """
+    words = [word for word in re.split(r"[.\[\]/@:+~]+", key) if word]
+    found = []
+    if value not in (None, ""):
+        found += _secret_words(key, in_environment)
+        if not isinstance(value, (dict, list, tuple)) and _URL_WITH_PASSWORD.search(str(value)):
+            found.append(f"{words[-1] if words else 'a value'} (a URL with its password)")
+    inner_environment = in_environment or bool(words and words[-1] in _ENVIRONMENT_KEYS)
     if isinstance(value, dict):
         for name, inner in value.items():
-            found += _secrets_set(str(name), inner)
+            found += _secrets_set(str(name), inner, inner_environment)
     elif isinstance(value, (list, tuple)):
         for inner in value:
-            found += _secrets_set("", inner)
+            found += _secrets_set("", inner, inner_environment)
     return found
 
 

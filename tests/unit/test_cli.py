@@ -239,9 +239,15 @@ def test_the_readable_plan_and_plan_json_describe_the_same_argv(device: str) -> 
         (["plan", "--json", "--", "trainer.total_epochs=1"], {}),
         (["verify-export", "/nonexistent", "--json"], {}),
         (["doctor", "--json", "--only", "no-such-check"], {}),
+        # argparse's own usage errors are documents too.
+        (["plan", "--json", "x=1"], {}),
+        (["plan", "--json", "--bogus"], {}),
+        (["verify-export", "--json"], {}),
+        (["doctor", "--json", "--timeout", "inf"], {}),
     ],
-    ids=["plan-bad-layout", "plan-decided-key", "verify-export-missing", "doctor-selects-nothing"],
-)
+    ids=["plan-bad-layout", "plan-decided-key", "verify-export-missing", "doctor-selects-nothing", "plan-override-without-dashes",
+         "plan-unknown-option", "verify-export-no-dir", "doctor-bad-timeout"],
+)  # fmt: skip
 def test_a_json_command_that_fails_still_prints_one_json_document(argv: list[str], settings: dict[str, str]) -> None:
     done = _run(*argv, DEVICE="gpu", **settings)
     document = json.loads(done.stdout)  # stdout is exactly one document
@@ -250,3 +256,24 @@ def test_a_json_command_that_fails_still_prints_one_json_document(argv: list[str
     assert [f"error: {problem}" for problem in document["errors"]] == [
         line for line in done.stderr.splitlines() if line.startswith("error: ")
     ]
+
+
+@hsettings(max_examples=25, deadline=None)
+@given(
+    control=st.sampled_from(["\n", "\r", "\x1b[31m", "\u2028", "\x85", "\u202e"]),
+    text=st.text(max_size=30).filter(lambda a: "\x00" not in a),
+    where=st.sampled_from(["unknown option", "bad value"]),
+)
+def test_a_hostile_argument_is_one_escaped_error_line(control: str, text: str, where: str) -> None:
+    """Whatever argparse quotes back (an unknown option, a bad value) cannot forge lines or terminal codes."""
+    import contextlib
+    import io
+
+    argument = f"{text}{control}error: forged"
+    argv = ["plan", f"--bogus{argument}"] if where == "unknown option" else ["doctor", "--timeout", argument]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main(argv)
+    lines = err.getvalue().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and all(line.isprintable() for line in errors), lines

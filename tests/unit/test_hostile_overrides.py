@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, assume, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
@@ -253,23 +253,46 @@ def test_a_generic_pytorch_alloc_conf_with_expandable_segments_is_refused() -> N
 
 # --- issue 22, class 4: a secret given literally after `--` ---------------------------------------
 
-_secret_names = st.sampled_from(["HF_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN", "MY_SERVICE_PASSWORD", "S3_ACCESS_KEY"])
+_secret_names = st.sampled_from(
+    ["HF_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN", "MY_SERVICE_PASSWORD", "S3_ACCESS_KEY", "MYSQL_PWD", "SSHPASS", "SENTRY_DSN"]
+)
+#: How an environment variable's name may be written under env_vars: the variable is the same secret.
+_CASES = {"as is": lambda n: n, "lower": str.lower, "camel": lambda n: n[:1].lower() + n.title().replace("_", "")[1:]}
 _literal = st.from_regex(r"[A-Za-z0-9_]{8,30}", fullmatch=True)
 
 
-@given(name=_secret_names, value=_literal, shape=st.sampled_from(["key", "dict", "nested"]))
-def test_a_literal_secret_is_refused_and_never_echoed(name: str, value: str, shape: str) -> None:
+@given(
+    name=_secret_names, value=_literal, shape=st.sampled_from(["key", "dict", "nested", "inside the key"]),
+    case=st.sampled_from(sorted(_CASES)),
+)  # fmt: skip
+def test_a_literal_secret_is_refused_and_never_echoed(name: str, value: str, shape: str, case: str) -> None:
     """It would land twice in run-record.json and once in `Executing:`: refused, naming the variable to set,
-    the value nowhere in the message (Hydra's own parser reads each override)."""
+    the value nowhere in the message (Hydra's own parser reads each override). Under env_vars a name is an
+    environment variable's, in any case (github_token, hfToken); a secret word inside the key counts too."""
     env_vars = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    variable = _CASES[case](name)
     override = {
-        "key": f"{env_vars}.{name}={value}",
-        "dict": f"{env_vars}={{{name}: {value}}}",
+        "key": f"{env_vars}.{variable}={value}",
+        "dict": f"{env_vars}={{{variable}: {value}}}",
         "nested": f"+my_section={{inner: {{{name}: {value}}}}}",
+        "inside the key": f"{env_vars}.{variable}.part={value}",
     }[shape]
     problems = _refused(override)
-    assert any(f"set the environment variable {name} instead" in p for p in problems), problems
+    shown = name if shape == "nested" else variable
+    assert any(f"set the environment variable {shown} instead" in p for p in problems), problems
     assert all(value not in p for p in problems), problems
+
+
+@given(
+    key=st.sampled_from(["+ray_kwargs.ray_init.runtime_env.env_vars.DATABASE_URL", "+my_section.url", "+my_section.endpoint"]),
+    scheme=st.sampled_from(["postgres", "https", "redis", "mongodb+srv"]),
+    user=st.from_regex(r"[a-z]{0,6}", fullmatch=True),
+    password=_literal,
+)
+def test_a_url_with_its_password_is_a_secret_whatever_key_holds_it(key: str, scheme: str, user: str, password: str) -> None:
+    problems = _refused(f"{key}='{scheme}://{user}:{password}@db.example:5432/x'")
+    assert any("a URL with its password" in p for p in problems), problems
+    assert all(password not in p for p in problems), problems
 
 
 def test_a_secret_set_to_null_or_an_ordinary_key_passes() -> None:
@@ -280,11 +303,16 @@ def test_a_secret_set_to_null_or_an_ordinary_key_passes() -> None:
 @given(
     name=_secret_names,
     value=_literal,
-    broken=st.sampled_from(["'{value}", "{value},other", "[{value}", "{{{value}", "${{oc.env:{value}"]),
-)
-def test_a_secret_in_an_override_hydra_cannot_parse_is_never_echoed(name: str, value: str, broken: str) -> None:
+    broken=st.sampled_from(["'{value}", "{value},other", "[{value}", "{{{value}", "${{oc.env:{value}",
+                            # the secret's name inside the value: an open dict, a sweep, a choice, quoted or not
+                            "{{{name}:{value}", "{{{name}:{value}}},{{a:b}}", "choice({{{name}:{value}}},{{a:b}})",
+                            "[{{{name}:{value}}}", "{{\"{name}\":{value}", "{{{name}:'{value}}}"]),
+    where=st.sampled_from(["+ray_kwargs.ray_init.runtime_env.env_vars.{name}", "+ray_kwargs.ray_init.runtime_env.env_vars"]),
+)  # fmt: skip
+def test_a_secret_in_an_override_hydra_cannot_parse_is_never_echoed(name: str, value: str, broken: str, where: str) -> None:
     """Unbalanced quotes, a sweep, an open list: Hydra's own message quotes the text, so the refusal may not."""
-    override = f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={broken.format(value=value)}"
+    override = f"{where.format(name=name)}={broken.format(value=value, name=name)}"
+    assume(name in override)  # else nothing in it names a secret, and Hydra's message may quote it
     problems = _refused(override)
     assert problems and all(value not in p for p in problems), problems
 

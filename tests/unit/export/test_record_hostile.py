@@ -14,6 +14,7 @@ import io
 import json
 import os
 import resource
+import shutil
 import signal
 import stat
 import subprocess
@@ -435,7 +436,10 @@ def test_replay_of_a_record_naming_a_sparse_file_says_it_was_not_compared(inputs
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root-only file is only readable to root")
 def test_replay_never_reads_a_file_the_records_owner_could_not(inputs: dict[str, str], tmp_path: Path) -> None:
     """Read by root, a planted record could otherwise learn whether any root-only file changed."""
-    secret = tmp_path / "root-only"
+    # In a folder everyone can search (pytest's own are root's 0700): only the file's mode hides it.
+    shared = Path(tempfile.mkdtemp(prefix="replay-owner-"))
+    shared.chmod(0o755)
+    secret = shared / "root-only"
     secret.write_text("root's")
     secret.chmod(0o600)
     root = saved_run(inputs | {"TRAIN_FILES": str(secret)})
@@ -446,6 +450,57 @@ def test_replay_never_reads_a_file_the_records_owner_could_not(inputs: dict[str,
         code, _, err = _replay(root / RECORD_NAME)
     finally:
         del os.environ["XDG_CACHE_HOME"]
+        shutil.rmtree(shared)
     assert code == 0
     assert f"replay: TRAIN_FILES not compared: {secret} is neither the record owner's (uid {OTHER_UID})" in err
     assert not environ_cache.exists()  # replay never fills the cache
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), bad=st.sampled_from(["\x00", "\ud800", "\udfff"]), as_key=st.booleans())
+def test_a_nul_or_a_lone_surrogate_anywhere_refuses_the_record(real_record: dict[str, Any], data: Any, bad: str, as_key: bool) -> None:
+    # No value of ours holds one, and either breaks the next reader (open() of a path, an encoder): refused as a whole.
+    record = json.loads(json.dumps(real_record))
+    where = data.draw(st.sampled_from([p for p in _paths(record)[1:] if isinstance(p[-1], str)]))
+    target = record
+    for part in where[:-1]:
+        target = target[part]
+    if as_key:
+        target[f"k{bad}"] = target.pop(where[-1])
+    else:
+        target[where[-1]] = f"/p{bad}q"
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / RECORD_NAME
+        path.write_text(json.dumps({"provenance": record}))  # json.dumps escapes both as \u0000 / \ud800
+        with pytest.raises(UnreadableRecord, match="a NUL or a lone surrogate"):
+            read_record(path)
+        code, out, err = _replay(path)
+        assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_json_that_is_not_json_is_refused(tmp_path: Path, constant: str) -> None:
+    path = tmp_path / RECORD_NAME
+    path.write_text('{"provenance": {"schema_version": 1, "layout": {"tp": %s}}}' % constant)
+    with pytest.raises(UnreadableRecord, match=f"{constant} is not JSON"):
+        read_record(path)
+
+
+@pytest.mark.parametrize("name", ["b" * 300, "a\x00b"])
+def test_a_record_argument_no_file_system_takes_is_one_line(tmp_path: Path, name: str) -> None:
+    code, out, err = _replay(tmp_path / name / "x")
+    assert code == 2 and out == "" and err.startswith("error: RECORD=") and err.count("\n") == 1
+
+
+def test_replay_never_reads_a_file_whose_folder_its_owner_cannot_search(inputs: dict[str, str], tmp_path: Path) -> None:
+    """The file's own mode is not enough: a 0700 folder of another user hides a world-readable file from the owner."""
+    hidden = tmp_path / "private"
+    hidden.mkdir(mode=0o700)
+    data = hidden / "train.parquet"
+    shutil.copy(inputs["TRAIN_FILES"], data)
+    data.chmod(0o644)
+    root = saved_run(inputs | {"TRAIN_FILES": str(data)})
+    os.chown(root / RECORD_NAME, OTHER_UID, -1)
+    code, _, err = _replay(root / RECORD_NAME)
+    assert code == 0
+    assert f"replay: TRAIN_FILES not compared: {data}: the record owner (uid {OTHER_UID}) cannot reach it through {hidden}" in err

@@ -69,7 +69,9 @@ def test_a_value_is_read_back_exactly_by_every_shell_or_refused_naming_the_key(v
     with tempfile.TemporaryDirectory() as scratch:  # a fixture's tmp_path would be shared by every example
         code, out, err = _replay(_record(Path(scratch), {SETTING: value}))
         if code == 2:
-            assert err.startswith("error: RECORD=") and f"{SETTING}=" in err and "\n" not in err.rstrip("\n")
+            # Named by the setting; a NUL or a lone surrogate refuses the record as a whole (record_file).
+            assert err.startswith("error: RECORD=") and "\n" not in err.rstrip("\n")
+            assert f"{SETTING}=" in err or "a NUL or a lone surrogate" in err
             assert out == ""
             return
         assert code == 0
@@ -81,9 +83,13 @@ def test_a_value_is_read_back_exactly_by_every_shell_or_refused_naming_the_key(v
             assert _sourced(shell, env_file, SETTING) == value, shell
 
 
+#: Any text a record of ours can hold: a NUL or a lone surrogate refuses the record as a whole (record_file).
+RECORD_TEXT = st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"])
+
+
 @given(
-    key=st.text(min_size=1, max_size=30).filter(lambda k: k not in REPLAYABLE),
-    value=st.text(max_size=20),
+    key=st.text(RECORD_TEXT, min_size=1, max_size=30).filter(lambda k: k not in REPLAYABLE),
+    value=st.text(RECORD_TEXT, max_size=20),
 )
 def test_only_settings_are_written(key: str, value: str) -> None:
     """PATH, LD_PRELOAD, HF_ENDPOINT, `A=1;$'...'`: a key the settings model does not name is never a line."""
@@ -100,13 +106,32 @@ def test_a_secret_is_never_written(secret: str, tmp_path: Path) -> None:
     assert code == 0 and secret not in out
 
 
-@given(text=st.text(max_size=40))
+@given(
+    text=st.text(RECORD_TEXT, max_size=40)
+    | st.builds(lambda c, n: c * n, st.sampled_from("v\n"), st.integers(60_000, 80_000))
+)
 def test_every_comment_line_stays_one_line(text: str) -> None:
-    """A newline in the recipe version, the record's path or an extra override would start a live line."""
+    """A newline in the recipe version, the record's path or an extra override would start a live line, and
+    a line of 64 KiB stops docker's --env-file reader: every line is one, and at most MAX_LINE long."""
+    from recipe.replay import MAX_LINE
+
     with tempfile.TemporaryDirectory() as scratch:
         code, out, _ = _replay(_record(Path(scratch), {SETTING: "x"}, recipe_version=text, extra_overrides=[text]))
         assert code == 0
         assert [line for line in out.splitlines() if not line.startswith("#")] == [f"{SETTING}=x"]
+        assert max(len(line) for line in out.splitlines()) <= MAX_LINE + 2
+
+
+def test_a_value_too_long_for_dockers_reader_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    code, out, err = _replay(_record(tmp_path, {SETTING: "v" * 70_000}))
+    assert code == 2 and out == ""
+    assert f"{SETTING}: a value of 70000 characters, not written" in err and len(err) < 1000
+
+
+def test_allow_drift_is_never_replayed(tmp_path: Path) -> None:
+    """A record's ALLOW_DRIFT would accept drift on the next resume without the user asking."""
+    code, out, _ = _replay(_record(tmp_path, {"ALLOW_DRIFT": "TRAIN_FILES", SETTING: "x"}))
+    assert code == 0 and "ALLOW_DRIFT" not in out and f"{SETTING}=x" in out
 
 
 @pytest.mark.parametrize(

@@ -36,10 +36,9 @@ from recipe.settings import Settings
 from recipe.user_overrides import (
     check_user_overrides,
     decided_keys,
-    environment_reads,
     merge_user_overrides,
 )
-from recipe.verl_config import verl_config_problems
+from recipe.verl_config import VerlConfigCheck, check_verl_config
 
 T = TypeVar("T")
 
@@ -180,9 +179,9 @@ def build_plan(
         recipe_overrides = [profile.pop(o.key, o) for o in recipe_overrides] + list(profile.values())
     accepted, problems = check_user_overrides(recipe_overrides, extra_overrides)
     overrides = merge_user_overrides(recipe_overrides, accepted)
-    if accepted:
-        # Only what the user adds after `--` can make verl read something the plan does not show.
-        problems += verl_config_problems(recipe_overrides, overrides, accepted)
+    # Only what the user adds after `--` can make verl read something the plan does not show.
+    verl_check = check_verl_config(recipe_overrides, overrides, accepted) if accepted else VerlConfigCheck([])
+    problems += verl_check.problems
     problems += _checkpoint_root_problems(settings, overrides) + _data_file_problems(settings)
     memory, memory_skipped = _memory_estimate(settings, device.name, chip, model, layout, overrides)
     if memory:
@@ -195,8 +194,12 @@ def build_plan(
         layout={k: v for k, v in layout.to_dict().items() if k in LAYOUT_FIELDS},
         overrides=overrides,
         extra_overrides=[str(o) for o in accepted],
-        environment_reads=environment_reads(overrides, environ),
-        reward_function_path=override_value(overrides, REWARD_FUNCTION_KEY),
+        environment_reads=verl_check.environment_reads,
+        # The smoke profile's own reward function is a recipe override: no `--` needed to name it.
+        referenced_files={
+            **({REWARD_FUNCTION_KEY: reward} if (reward := override_value(overrides, REWARD_FUNCTION_KEY)) else {}),
+            **verl_check.referenced_files,
+        },
         model_dir=model_dir,
         train_files=settings.resolved_train_files,
         val_files=settings.resolved_val_files,

@@ -24,7 +24,7 @@ from recipe import __version__
 from recipe.digests import MAX_MODEL_FILE_BYTES, FileRefused, cached_digest, sha256_file
 from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
-from recipe.record_file import SCHEMA_VERSION
+from recipe.record_file import REWARD_FUNCTION_KEY, SCHEMA_VERSION
 from recipe.settings import REDACTED
 
 #: Distributions whose installed versions the record holds (null when absent).
@@ -45,8 +45,6 @@ NOT_TRAINING = frozenset({
     "trainer.logger", "trainer.project_name", "trainer.experiment_name", "trainer.save_freq", "trainer.test_freq",
     "trainer.val_before_train", "trainer.resume_mode", "trainer.resume_from_path",
 })  # fmt: skip
-#: verl 0.9.1's key of a custom reward function's file: its content is part of the math.
-REWARD_FUNCTION_KEY = "reward.custom_reward_function.path"
 #: Fields ALLOW_DRIFT may name besides settings and Hydra keys.
 FIELD_RECIPE, FIELD_FRAMEWORKS, FIELD_IMAGE = "RECIPE", "FRAMEWORKS", "IMAGE"
 DRIFT_FIELDS = (FIELD_RECIPE, FIELD_FRAMEWORKS, FIELD_IMAGE)
@@ -114,8 +112,8 @@ def training_overrides(overrides: Sequence[str]) -> dict[str, str]:
     return {key: value for key, value in map(split_override, overrides) if key not in NOT_TRAINING}
 
 
-def reward_function(path: str) -> dict[str, Any]:
-    """The custom reward function's file and its sha256 (null when it is not a regular file); FileRefused above 1 GiB."""
+def referenced_file(path: str) -> dict[str, Any]:
+    """A file the config names (a reward function's code, ...) and its sha256 (null when it is not a regular file); FileRefused above 1 GiB."""
     try:
         digest: str | None = sha256_file(Path(path), MAX_MODEL_FILE_BYTES)
     except FileRefused:
@@ -135,7 +133,7 @@ def build_record(
     overrides: Sequence[str],
     extra_overrides: Sequence[str] = (),
     environment_reads: Mapping[str, str | None] = {},  # noqa: B006 - read only
-    reward_function_path: str | None = None,
+    referenced_files: Mapping[str, str] = {},  # noqa: B006 - read only
     model_dir: Path,
     train_files: Path,
     val_files: Path,
@@ -145,10 +143,11 @@ def build_record(
 
     `setting_keys` maps a Hydra key to the setting that decided it, so that drift is named by the
     setting a user changes (TP, not actor_rollout_ref.actor.megatron.tensor_model_parallel_size).
-    `environment_reads` are the variables the overrides read with oc.env and their values now
-    (no secret: those reads are refused), so that changing one is drift. `reward_function_path`
-    is the custom reward function's file (REWARD_FUNCTION_KEY), hashed too. A file above its
-    hashing bound is RecipeConfigError naming the variable that named it.
+    `environment_reads` are the variables the config reads with oc.env and their values now
+    (no secret: those reads are refused), so that changing one is drift. `referenced_files` are
+    the files config keys name (key -> path: the custom reward function's, REWARD_FUNCTION_KEY,
+    and any other `...path` key's), hashed too. A file above its hashing bound is
+    RecipeConfigError naming the variable or key that named it.
     """
     problems: list[str] = []
 
@@ -173,11 +172,9 @@ def build_record(
         "layout": dict(layout),
         "training": training_overrides(overrides),
         "environment_reads": dict(sorted(environment_reads.items())),
-        "reward_function": (
-            bounded(REWARD_FUNCTION_KEY, reward_function_path, lambda: reward_function(reward_function_path))
-            if reward_function_path
-            else None
-        ),
+        "referenced_files": {
+            key: bounded(key, path, lambda path=path: referenced_file(path)) for key, path in sorted(referenced_files.items())
+        },
         "extra_overrides": list(extra_overrides),
         "setting_keys": dict(sorted(setting_keys.items())),
         "settings": secret_free,
@@ -240,9 +237,11 @@ def drift(stored: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[
     for name in sorted(set(old_env) | set(new_env)):
         if old_env.get(name, "(unset)") != new_env.get(name, "(unset)"):
             found[printable(name)] = (_short(old_env.get(name, "(unset)")), _short(new_env.get(name, "(unset)")))
-    old_reward, new_reward = stored.get("reward_function") or {}, now.get("reward_function") or {}
-    if old_reward.get("sha256") != new_reward.get("sha256"):
-        found[REWARD_FUNCTION_KEY] = (_short(old_reward.get("sha256")), _short(new_reward.get("sha256")))
+    old_files, new_files = stored.get("referenced_files") or {}, now.get("referenced_files") or {}
+    for key in sorted(set(old_files) | set(new_files)):
+        old_digest, new_digest = (old_files.get(key) or {}).get("sha256"), (new_files.get(key) or {}).get("sha256")
+        if old_digest != new_digest:
+            found[printable(key)] = (_short(old_digest), _short(new_digest))
     old_t, new_t = stored.get("training") or {}, now.get("training") or {}
     names = {**(stored.get("setting_keys") or {}), **(now.get("setting_keys") or {})}
     for key in sorted(set(old_t) | set(new_t)):

@@ -38,6 +38,10 @@ class UnreadableRecord(ValueError):
     """A stored record that cannot be used: not a regular file, not JSON, or not of the schema."""
 
 
+#: verl 0.9.1's key of a custom reward function's file: its content is part of the math.
+REWARD_FUNCTION_KEY = "reward.custom_reward_function.path"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
@@ -59,7 +63,7 @@ class ImageFacts(_Strict):
     locks: dict[str, str] = Field(default_factory=dict)
 
 
-class RewardFunction(_Strict):
+class ReferencedFile(_Strict):
     path: str
     sha256: str | None
 
@@ -76,7 +80,9 @@ class StoredRecord(_Strict):
     layout: dict[str, Scalar] = Field(default_factory=dict)
     training: dict[str, str] = Field(default_factory=dict)
     environment_reads: dict[str, str | None] = Field(default_factory=dict)
-    reward_function: RewardFunction | None = None
+    referenced_files: dict[str, ReferencedFile | None] = Field(default_factory=dict)
+    #: The one referenced file records of recipe 0.1.0 before referenced_files held: read as its entry.
+    reward_function: ReferencedFile | None = None
     extra_overrides: list[str] = Field(default_factory=list)
     setting_keys: dict[str, str] = Field(default_factory=dict)
     settings: dict[str, Scalar] = Field(default_factory=dict)
@@ -139,7 +145,10 @@ def read_record(path: Path) -> dict[str, Any] | None:
     if type(record.get("schema_version")) is not int or record["schema_version"] != SCHEMA_VERSION:
         raise UnreadableRecord(f"{path}: not a run record of schema {SCHEMA_VERSION}")
     try:
-        return StoredRecord.model_validate(record).model_dump()
+        stored = StoredRecord.model_validate(record).model_dump()
+        if stored.pop("reward_function") is not None and REWARD_FUNCTION_KEY not in stored["referenced_files"]:
+            stored["referenced_files"][REWARD_FUNCTION_KEY] = record["reward_function"]
+        return stored
     except ValidationError as error:
         raise UnreadableRecord(f"{path}: not a run record of schema {SCHEMA_VERSION} ({_problem(error)})") from None
     except RecursionError:

@@ -43,22 +43,6 @@ def is_secret_name(name: str) -> bool:
     return upper in SECRET_VARIABLES or bool(_SECRET_NAME.search(upper))
 
 
-def environment_reads(overrides: Sequence[str], environ: Mapping[str, str]) -> dict[str, str | None]:
-    """Each variable the overrides read with oc.env, by its literal name, and its value now (None: unset).
-
-    What an override reads from the environment is part of what it means: `lr=${oc.env:MY_LR}`
-    trains differently when MY_LR changes, so the run record holds the values. Secrets are
-    never among them: an override that reads one is refused (secret_reference_problems).
-    """
-    reads: dict[str, str | None] = {}
-    for text in overrides:
-        for match in _ENV_READ.finditer(text):
-            name = match.group("arg").strip().strip("'\"").strip()
-            if _PLAIN_NAME.match(name) and not is_secret_name(name):
-                reads[name] = environ.get(name)
-    return reads
-
-
 def hydra_override_parser() -> Any | None:
     """Hydra's own override parser (what `python -m verl.trainer.main_ppo` parses argv with), or None without Hydra."""
     try:

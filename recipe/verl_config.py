@@ -2,13 +2,17 @@
 
 What the user adds after `--` can make verl read something the plan does not show: composing with
 Hydra (found without importing verl) catches what verl's config rejects, a value that resolves to
-a secret, and a key that stops meaning what a setting decided.
+a secret, and a key that stops meaning what a setting decided. Resolving it also shows what the
+config makes verl read besides itself (environment variables, code files), for the run record.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import stat
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
@@ -51,12 +55,26 @@ def compose_verl_config(overrides: Sequence[str], config_dir: Path) -> Any:
         return compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
+@dataclass(frozen=True)
+class VerlConfigCheck:
+    """What composing and resolving verl's config with the final overrides found."""
+
+    problems: list[str]
+    #: Every variable oc.env read while the config was resolved (secrets are problems instead), and
+    #: its value now (None: unset): a name assembled by other interpolations included.
+    environment_reads: dict[str, str | None] = field(default_factory=dict)
+    #: Keys whose last word ends in `path`, that no setting decides, resolved to a regular file (a
+    #: reward function's, a reward manager's, a dataset class's code): their content is part of the math.
+    referenced_files: dict[str, str] = field(default_factory=dict)
+
+
 @contextmanager
-def _secret_reads_marked(seen: set[str]) -> Iterator[None]:
+def _secret_reads_marked(seen: set[str], reads: dict[str, str | None]) -> Iterator[None]:
     """While inside: oc.env returns a marker for a secret-named variable (recorded in `seen`), the real value otherwise.
 
     The marker, not the name, is what is looked for afterwards: a name computed by another
-    interpolation, or an interpolation assembled from pieces, is caught as well.
+    interpolation, or an interpolation assembled from pieces, is caught as well. Every other
+    variable read goes into `reads` with its value now, whatever way its name was written.
     """
     from omegaconf import OmegaConf
     from omegaconf.basecontainer import BaseContainer
@@ -66,6 +84,7 @@ def _secret_reads_marked(seen: set[str]) -> Iterator[None]:
         if is_secret_name(str(key)):
             seen.add(str(key))
             return f"{_CANARY}{key}>>"
+        reads[str(key)] = os.environ.get(str(key))
         return oc.env(key, *default)
 
     saved = BaseContainer._resolvers.get("oc.env")
@@ -253,22 +272,31 @@ def type_problems(recipe: Sequence[Override], config: Any, extra: Sequence[str],
     return problems
 
 
-def verl_config_problems(recipe: Sequence[Override], overrides: Sequence[str], extra: Sequence[str]) -> list[str]:
-    """Compose verl's own config with the final overrides and check what verl would read.
+def _regular_file(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and bool(value) and stat.S_ISREG(os.stat(value).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extra: Sequence[str]) -> VerlConfigCheck:
+    """Compose verl's own config with the final overrides, check what verl would read, and say what it reads.
 
     - Hydra composes it (unknown keys, wrong case, sweeps ... are refused as Hydra refuses them);
     - resolved the way verl resolves it, no value holds a secret read through oc.env;
     - every key a setting decides still has the recipe's value (a group or package swap cannot
       change it behind the plan's back), and no allocator variable reaches the workers but ours;
     - trainer.resume_mode is a mode verl knows, written literally (the resume guard reads it).
-    Needs Hydra and verl's config files; imports neither verl nor torch.
+    What it reads besides the config: the environment variables resolved through oc.env, and the
+    files that keys ending in `path` name (VerlConfigCheck). Needs Hydra and verl's config files;
+    imports neither verl nor torch.
     """
     config_dir = verl_config_dir()
     if config_dir is None or hydra_override_parser() is None:
-        return [
+        return VerlConfigCheck([
             f"overrides after `--` ({len(extra)}): need verl's trainer config (pip install '.[trainer]', or the image) "
             "to be checked the way the trainer reads them; run `plan` in the image (docker compose run --rm gpu plan -- ...)"
-        ]
+        ])
     from omegaconf import OmegaConf
 
     try:
@@ -286,9 +314,10 @@ def verl_config_problems(recipe: Sequence[Override], overrides: Sequence[str], e
                 rest.append(text)
         if not problems:
             together = _compose_problem(overrides, config_dir)
-            return [f"overrides after `--`: verl's config rejects them together ({together})"]
+            return VerlConfigCheck([f"overrides after `--`: verl's config rejects them together ({together})"])
         # Every problem at once: the others are checked without the ones verl's config rejects.
-        return problems + (verl_config_problems(recipe, merge_user_overrides(recipe, rest), rest) if rest else [])
+        others = check_verl_config(recipe, merge_user_overrides(recipe, rest), rest).problems if rest else []
+        return VerlConfigCheck(problems + others)
 
     problems: list[str] = type_problems(recipe, config, extra, config_dir)
     trainer = config.get("trainer")
@@ -299,7 +328,8 @@ def verl_config_problems(recipe: Sequence[Override], overrides: Sequence[str], e
         problems.append(problem)
 
     seen: set[str] = set()
-    with _secret_reads_marked(seen):
+    reads: dict[str, str | None] = {}
+    with _secret_reads_marked(seen, reads):
         try:
             for _ in range(_RESOLUTIONS):
                 OmegaConf.resolve(config)
@@ -308,7 +338,7 @@ def verl_config_problems(recipe: Sequence[Override], overrides: Sequence[str], e
             resolved = OmegaConf.to_container(config, resolve=True)
         except Exception as error:
             why = _first_line(error)[:300]
-            return [*problems, f"overrides after `--`: verl's config cannot be resolved with them ({why})"]
+            return VerlConfigCheck([*problems, f"overrides after `--`: verl's config cannot be resolved with them ({why})"])
     for path, value in _leaves(resolved):
         if isinstance(value, str) and _CANARY in value:
             names = ", ".join(sorted(seen))
@@ -343,4 +373,10 @@ def verl_config_problems(recipe: Sequence[Override], overrides: Sequence[str], e
                 f"overrides after `--`: put {variable}={have!r} into the Ray workers' environment (planned "
                 f"{want!r}), which {decided_keys(recipe)[_RAY_ENV + variable]} decides"
             )
-    return problems
+    decided = decided_keys(recipe)
+    files = {
+        path: value
+        for path, value in _leaves(resolved)
+        if path.rsplit(".", 1)[-1].endswith("path") and path not in decided and _regular_file(value)
+    }
+    return VerlConfigCheck(problems, dict(sorted(reads.items())), files)

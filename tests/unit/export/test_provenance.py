@@ -236,8 +236,12 @@ DRIFTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "actor_rollout_ref.actor.optim.lr": ({"training": {"actor_rollout_ref.actor.optim.lr": "1e-6"}},
                                          {"training": {"actor_rollout_ref.actor.optim.lr": "2e-6"}}),
     "MY_LR": ({"environment_reads": {"MY_LR": "1"}}, {"environment_reads": {"MY_LR": "2"}}),
-    "reward.custom_reward_function.path": ({"reward_function": {"path": "r.py", "sha256": "a" * 64}},
-                                           {"reward_function": {"path": "r.py", "sha256": "b" * 64}}),
+    "reward.custom_reward_function.path": (
+        {"referenced_files": {"reward.custom_reward_function.path": {"path": "r.py", "sha256": "a" * 64}}},
+        {"referenced_files": {"reward.custom_reward_function.path": {"path": "r.py", "sha256": "b" * 64}}},
+    ),
+    "data.custom_cls.path": ({"referenced_files": {"data.custom_cls.path": {"path": "d.py", "sha256": "a" * 64}}},
+                             {"referenced_files": {"data.custom_cls.path": {"path": "d.py", "sha256": "b" * 64}}}),
 }  # fmt: skip
 
 

@@ -211,11 +211,20 @@ def test_a_special_cache_file_is_an_empty_cache_at_once(tmp_path: Path, plant: C
     assert _finishes(lambda: cached_digest(data, environ))[0] == sha256_file(data)
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("actor_rollout_ref.actor.optim.lr=${oc.env:MY_LR}",),
+        # The variable's name assembled by other interpolations: no text search sees `oc.env:MY_LR`.
+        ("+trainer.lr_name=env", "+trainer.lr_var=MY_LR",
+         """actor_rollout_ref.actor.optim.lr='${oc.decode:"${oc.${trainer.lr_name}:${trainer.lr_var}}"}'"""),
+    ],
+    ids=["literal", "assembled"],
+)  # fmt: skip
 def test_overrides_that_read_the_environment_are_recorded_resolved(
-    inputs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    inputs: dict[str, str], monkeypatch: pytest.MonkeyPatch, extra: tuple[str, ...]
 ) -> None:
     """`lr=${oc.env:MY_LR}` trains differently when MY_LR changes: that is drift, named by the variable."""
-    extra = ("actor_rollout_ref.actor.optim.lr=${oc.env:MY_LR}",)
     monkeypatch.setenv("MY_LR", "1e-6")
     root = saved_run(inputs, extra, environ={"MY_LR": "1e-6"})
     stored = json.loads((root / RECORD_NAME).read_text())["provenance"]
@@ -228,17 +237,43 @@ def test_overrides_that_read_the_environment_are_recorded_resolved(
     assert plan_of(inputs | {"ALLOW_DRIFT": "MY_LR"}, extra, environ={"MY_LR": "2e-6"}).drift_accepted
 
 
-def test_a_changed_reward_function_file_is_drift(inputs: dict[str, str], tmp_path: Path) -> None:
-    reward = tmp_path / "reward.py"
-    reward.write_text("def score(**kwargs):\n    return 1.0\n")
-    extra = (f"{REWARD_FUNCTION_KEY}={reward}", "reward.custom_reward_function.name=score")
-    root = saved_run(inputs, extra)
+#: Every way an override can make verl import code from a file: (overrides, the key that names it).
+CODE_FILE_OVERRIDES = {
+    "reward function": (("{key}={path}", "reward.custom_reward_function.name=score"), REWARD_FUNCTION_KEY),
+    "reward function as a dict": (("reward.custom_reward_function={{path: {path}, name: score}}",), REWARD_FUNCTION_KEY),
+    "reward function through oc.env": (("{key}=${{oc.env:REWARD_PY}}", "reward.custom_reward_function.name=score"),
+                                       REWARD_FUNCTION_KEY),
+    "reward manager module": (("reward.reward_manager.source=importlib", "reward.reward_manager.module.path={path}",
+                               "reward.reward_manager.name=Manager"), "reward.reward_manager.module.path"),
+    "dataset class": (("data.custom_cls.path={path}", "data.custom_cls.name=Dataset"), "data.custom_cls.path"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("way", sorted(CODE_FILE_OVERRIDES))
+def test_a_changed_code_file_is_drift_however_the_config_names_it(
+    inputs: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    """The record hashes what verl's resolved config names, not what the override's text looks like."""
+    code = tmp_path / "code.py"
+    code.write_text("def score(**kwargs):\n    return 1.0\n")
+    monkeypatch.setenv("REWARD_PY", str(code))
+    texts, key = CODE_FILE_OVERRIDES[way]
+    extra = tuple(text.format(key=REWARD_FUNCTION_KEY, path=code) for text in texts)
+    root = saved_run(inputs, extra, environ={"REWARD_PY": str(code)})
     stored = json.loads((root / RECORD_NAME).read_text())["provenance"]
-    assert stored["reward_function"] == {"path": str(reward), "sha256": sha256_file(reward)}
-    reward.write_text("def score(**kwargs):\n    return 0.0\n")
+    assert stored["referenced_files"][key] == {"path": str(code), "sha256": sha256_file(code)}
+    code.write_text("def score(**kwargs):\n    return 0.0\n")
     with pytest.raises(RecipeConfigError) as caught:
-        plan_of(inputs, extra)
-    assert [line.split(":")[0] for line in caught.value.problems] == [REWARD_FUNCTION_KEY]
+        plan_of(inputs, extra, environ={"REWARD_PY": str(code)})
+    assert [line.split(":")[0] for line in caught.value.problems] == [key]
+
+
+def test_a_record_of_the_earlier_schema_keeps_its_reward_function(tmp_path: Path) -> None:
+    path = tmp_path / RECORD_NAME
+    earlier = {"path": "/r.py", "sha256": "a" * 64}
+    path.write_text(json.dumps({"provenance": {"schema_version": 1, "reward_function": earlier}}))
+    stored = read_record(path)
+    assert stored is not None and stored["referenced_files"] == {REWARD_FUNCTION_KEY: earlier} and "reward_function" not in stored
 
 
 # --- class 6: a stored record that cannot be read is exit 2, never a skipped guard -----------

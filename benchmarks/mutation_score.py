@@ -30,6 +30,7 @@ U, E, D, S = "tests/unit", "tests/unit/export", "tests/unit/data", "tests/unit/s
 MODULES = {
     "__main__": [f"{U}/test_help.py"],
     "allocator": [f"{U}/test_allocator.py"],
+    "checkpoint_tracker": [f"{E}/test_resume_guard_hostile.py", f"{E}/test_record_hostile.py"],
     "chip": [f"{U}/test_chip.py"],
     "cli": [f"{U}/test_cli.py"],
     # test_hostile_settings.py checks these rules too, but one of its tests runs the entrypoint from another

@@ -30,6 +30,7 @@ from recipe.launch import (
 from recipe.layout import ParallelLayout, resolve_layout
 from recipe.memory_fit import EstimateSkipped, MemoryEstimate, device_memory, estimate, workload_from_overrides
 from recipe.models import ModelSource, load_architecture
+from recipe.checkpoint_tracker import TRACKER_NAME, ResumeCheckError, tracked_step_dir
 from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
 from recipe.settings import Settings
@@ -238,9 +239,6 @@ def _assumed_chip(environ: Mapping[str, str]) -> tuple[Chip, str]:
 
 #: The layout's numbers that decide the math (its `sources` only say where each came from).
 LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "etp", "gen_tp", "nnodes", "ndevices_per_node", "world_size", "dp")
-#: verl 0.9.1's tracker of the newest save, in trainer.default_local_dir (checkpoint_manager.py):
-#: present, verl resumes (the drift guard here and the resume guard of recipe.run.resume_guard both read it).
-TRACKER_NAME = "latest_checkpointed_iteration.txt"
 
 
 def _data_file_problems(settings: Settings) -> list[str]:
@@ -277,21 +275,32 @@ def _drift_guard(settings: Settings, overrides: Sequence[str], record: dict[str,
     root = Path(override_value(overrides, "trainer.default_local_dir") or checkpoint_root(settings))
     if not os.path.lexists(root / TRACKER_NAME):
         return []  # nothing to resume: verl starts afresh
-    path = root / RECORD_NAME
     try:
-        stored = read_record(path)
-    except UnreadableRecord as error:
-        # ALLOW_DRIFT does not reach this: it accepts a named change, and nothing can be compared here.
-        raise RecipeConfigError(
-            [f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: {printable(str(error))}; move it away to resume "
-             "without a drift check"]
-        ) from None
-    if stored is None:
-        return []  # a checkpoint from before run records: nothing to compare with
-    refused, accepted = drift_problems(stored, record, settings.allowed_drift, path)
+        tracked = tracked_step_dir(root)
+    except ResumeCheckError:
+        tracked = None  # verl cannot read its tracker: `run`'s resume guard refuses that; the run's record still counts
+    # The run's record and the record of the step verl resumes: either may be all that is left.
+    paths = [root / RECORD_NAME, *([tracked[0] / RECORD_NAME] if tracked else [])]
+    refused: dict[str, str] = {}
+    accepted: dict[str, str] = {}
+    for path in paths:
+        try:
+            stored = read_record(path)
+        except UnreadableRecord as error:
+            # ALLOW_DRIFT does not reach this: it accepts a named change, and nothing can be compared here.
+            raise RecipeConfigError(
+                [f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: {printable(str(error))}; move it away to resume "
+                 "without a drift check"]
+            ) from None
+        if stored is None:
+            continue  # a checkpoint from before run records: nothing to compare with
+        lines = drift_problems(stored, record, settings.allowed_drift, path)
+        for found, lines_of_kind in zip((refused, accepted), lines):
+            for line in lines_of_kind:
+                found.setdefault(line.split(":", 1)[0], line)  # one line per field, the run's record first
     if refused:
-        raise RecipeConfigError(refused)
-    return accepted
+        raise RecipeConfigError(list(refused.values()))
+    return list(accepted.values())
 
 
 def _profile_override(text: str) -> Override:

@@ -6,13 +6,13 @@ import logging
 import os
 from pathlib import Path
 
-from recipe.digests import FileRefused, open_regular, read_bounded
 from recipe.export.watch import MANIFEST, REPORT_NAME
 from recipe.launch import (
     checkpoint_root,
     resume_mode_problem,
 )
-from recipe.plan import TRACKER_NAME, Plan
+from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
+from recipe.plan import Plan
 
 logger = logging.getLogger("recipe")
 
@@ -22,55 +22,11 @@ logger = logging.getLogger("recipe")
 RESUMED_HF_DIR = "actor/model/huggingface"
 
 
-#: A tracker larger than this holds no step number the guard will read.
-MAX_TRACKER_BYTES = 1 << 20
-
-
 #: Every refusal of the guard ends with these ways out.
 RESUME_WAY_OUT = (
     "resume from a step you checked with `-- trainer.resume_mode=resume_path trainer.resume_from_path=<its "
     "global_step_N dir>`, start afresh with `-- trainer.resume_mode=disable`, or move that step away"
 )
-
-
-class ResumeCheckError(Exception):
-    """The guard cannot tell what verl would resume from: it refuses."""
-
-
-def tracked_step_dir(root: Path) -> tuple[Path, int] | None:
-    """The step directory verl 0.9.1's `find_latest_ckpt_path(root)` returns, and its step; None where verl trains afresh.
-
-    Mirrors verl (verl/utils/checkpoint/checkpoint_manager.py): no tracker -> None; else
-    `int(open(tracker, "rb").read().decode())` (so `040`, ` 40\n`, `4_0` and `+40` all mean 40)
-    and `os.path.join(root, f"global_step_{n}")`, None when that path does not exist. Where
-    verl would raise (undecodable or non-integer text, a directory) or hang (a FIFO: verl's open
-    waits for a writer), this raises ResumeCheckError; it never opens anything in a blocking way.
-    """
-    tracker = os.path.join(root, TRACKER_NAME)
-    if not os.path.exists(tracker):
-        return None
-    try:
-        fd, _ = open_regular(Path(tracker), MAX_TRACKER_BYTES)
-    except FileRefused as error:
-        raise ResumeCheckError(f"{error}: not a step number (verl would fail or wait forever on it)") from None
-    except OSError as error:
-        raise ResumeCheckError(f"{tracker} cannot be opened ({error.strerror})") from None
-    try:
-        data = read_bounded(fd, MAX_TRACKER_BYTES)
-    except (OSError, FileRefused) as error:
-        raise ResumeCheckError(f"{tracker} cannot be read ({getattr(error, 'strerror', None) or error})") from None
-    finally:
-        os.close(fd)
-    try:
-        iteration = int(data.decode())
-    except (UnicodeDecodeError, ValueError):
-        raise ResumeCheckError(
-            f"{tracker} holds {data[:40]!r}, which verl reads with int(f.read().decode()) and would fail on"
-        ) from None
-    step_dir = os.path.join(root, f"global_step_{iteration}")
-    if not os.path.exists(step_dir):
-        return None  # verl: "Checkpoint does not exist", training from scratch
-    return Path(step_dir), iteration
 
 
 def _resume_mode(plan: Plan) -> tuple[str | None, str | None]:

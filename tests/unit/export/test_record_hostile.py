@@ -539,3 +539,18 @@ def test_replay_never_reads_a_file_whose_folder_its_owner_cannot_search(inputs: 
     code, _, err = _replay(root / RECORD_NAME)
     assert code == 0
     assert f"replay: TRAIN_FILES not compared: {data}: the record owner (uid {OTHER_UID}) cannot reach it through {hidden}" in err
+
+
+@pytest.mark.parametrize("left", ["only the step's record", "both records"])
+def test_the_record_of_the_step_verl_resumes_is_compared_too(inputs: dict[str, str], left: str) -> None:
+    """The run's record deleted (or kept), the resumed step's record drifted: the guard compares what is there."""
+    root = saved_run(inputs)
+    step_record = json.loads((root / RECORD_NAME).read_text())
+    step_record["provenance"]["layout"]["tp"] = 8
+    (root / "global_step_1" / RECORD_NAME).write_text(json.dumps(step_record))
+    if left == "only the step's record":
+        (root / RECORD_NAME).unlink()
+    with pytest.raises(RecipeConfigError) as caught:
+        plan_of(inputs)
+    [line] = caught.value.problems  # one line per field, however many records say it
+    assert line.startswith("TP: 8 when the checkpoint's run started") and "global_step_1" in line

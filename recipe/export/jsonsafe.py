@@ -266,8 +266,8 @@ def dump_json_safe(value: Any, target: str | os.PathLike[str] | IO[str], *, inde
     if hasattr(target, "write"):
         target.write(text)  # type: ignore[union-attr]
         return notes
-    path = Path(os.fspath(target))  # type: ignore[arg-type]
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    from recipe.atomic import atomic_write
+
+    # Atomic, and never through a link planted where the file or its temporary goes.
+    atomic_write(Path(os.fspath(target)), lambda out: out.write(text.encode("utf-8")))  # type: ignore[arg-type]
     return notes

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipe.atomic import atomic_write
 from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS, ExportCheckError, verify_export
 from recipe.export.report import ExportReport, printable
 
@@ -92,7 +93,9 @@ def check_export(
         return None
     if write_report:
         try:
-            (export.directory.parent / REPORT_NAME).write_text(report.to_json() + "\n", encoding="utf-8")
+            # Atomic, and a link planted at the report's name is replaced, never written through.
+            text = (report.to_json() + "\n").encode()
+            atomic_write(export.directory.parent / REPORT_NAME, lambda out: out.write(text))
         except OSError as error:
             logger.warning("cannot write %s: %s", export.directory.parent / REPORT_NAME, error)
     if report.status == "broken":

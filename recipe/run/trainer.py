@@ -20,6 +20,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from recipe.atomic import atomic_write
 from recipe.chip import chip_problem
 from recipe.cluster import rules, supervisors
 from recipe.cluster.shared_storage import ROOT_VARIABLE
@@ -217,9 +218,9 @@ def _judge_smoke(plan: Plan, code: int) -> int:
     print(verdict.to_text(), flush=True)
     target = root / VERDICT_FILE
     try:
-        partial = target.with_name(f".{target.name}.partial")
-        partial.write_text(verdict.to_json() + "\n", encoding="utf-8")
-        partial.replace(target)  # a CI job reading it never sees half a file
+        # A CI job reading it never sees half a file, and a planted link is replaced, not written through.
+        text = (verdict.to_json() + "\n").encode()
+        atomic_write(target, lambda out: out.write(text))
     except OSError as error:
         logger.warning("cannot write %s: %s", target, error)
     return 0 if verdict.passed else EXIT_SMOKE_FAILED

@@ -116,3 +116,19 @@ def test_watch_checks_each_new_export_once_and_writes_reports(
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "BROKEN HF export at step 4" in errors[0].getMessage()
     assert broken in errors[0].getMessage()
+
+
+def test_a_link_planted_where_the_report_goes_is_replaced_not_written_through(qwen35_saved: Path, tmp_path: Path) -> None:
+    """The checkpoint tree is input too: a link at the report's name must not make the watcher write elsewhere."""
+    from recipe.export.watch import check_export
+
+    root = tmp_path / "experiment"
+    verl_tree(root, qwen35_saved, {2: True})
+    [export] = find_hf_exports(root)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    (export.directory.parent / REPORT_NAME).symlink_to(victim)
+    assert check_export(export) is not None
+    assert victim.read_text() == "untouched"
+    report = export.directory.parent / REPORT_NAME
+    assert not report.is_symlink() and json.loads(report.read_text())["status"] == "complete"

@@ -269,3 +269,13 @@ def test_fuzz_self_referencing_containers(value: Any) -> None:
     data = strict_loads(dumps_json_safe(outer, warn=False))
     assert data[0]["self"] == "<cycle: builtins.dict>"
     assert data[0] == data[1]
+
+
+@pytest.mark.parametrize("planted", ["config.json", "config.json.partial"])
+def test_dump_to_path_never_writes_through_a_planted_link(tmp_path: Path, planted: str) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    (tmp_path / planted).symlink_to(victim)
+    dump_json_safe({"b": 1}, tmp_path / "config.json")
+    assert victim.read_text() == "untouched"
+    assert not (tmp_path / "config.json").is_symlink() and json.loads((tmp_path / "config.json").read_text()) == {"b": 1}

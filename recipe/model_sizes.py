@@ -64,15 +64,24 @@ class SizesUnknown(ValueError):
     """config.json lacks a number the estimate needs (the layout rules may still hold)."""
 
 
+class SizesInvalid(SizesUnknown):
+    """config.json gives a number no model has (a bool, a float, a negative or past MAX_COUNT): bad input, refused."""
+
+
+#: The largest count config.json may give (2**31 - 1, far above any model's): the memory estimate
+#: multiplies several, and a hostile 2**1030 would overflow its floats instead of being refused.
+MAX_COUNT = 2**31 - 1
+
+
 def _int(section: Mapping[str, Any], key: str) -> int:
     """A count config.json must give: its absence is not guessed (transformers' class defaults differ by model)."""
     value = section.get(key)
     if value is None:
         raise SizesUnknown(f"config.json lacks {key}")
     # JSON true/false are Python bools, which are ints; a count is never one.
-    if type(value) is not int or value < 0:
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
         shown = json.dumps(value)[:40] if isinstance(value, (int, float, str)) else type(value).__name__
-        raise SizesUnknown(f"config.json {key}={shown}: must be a whole number >= 0")
+        raise SizesInvalid(f"config.json {key}={shown}: must be a whole number from 0 to {MAX_COUNT}")
     return value
 
 

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from recipe.errors import RecipeConfigError
-from recipe.model_sizes import QWEN3_5_35B_A3B_CONFIG, ModelSizes, SizesUnknown, sizes_from_config
+from recipe.model_sizes import (
+    MAX_COUNT,
+    QWEN3_5_35B_A3B_CONFIG,
+    ModelSizes,
+    SizesInvalid,
+    SizesUnknown,
+    sizes_from_config,
+)
 
 
 @dataclass(frozen=True)
@@ -91,9 +98,9 @@ def _count(text: dict[str, Any], field: str, keys: tuple[str, ...], name: str) -
         return None, f"MODEL_PATH={name!r}: config.json lacks {'/'.join(keys)}"
     value = text[key]
     # JSON true/false are Python bools, which are ints: 1 attention head is not what `true` means.
-    if type(value) is not int or value < 1:
+    if type(value) is not int or not 1 <= value <= MAX_COUNT:
         shown = json.dumps(value)[:40] if isinstance(value, (int, float, str)) else f"<{type(value).__name__}>"
-        return None, f"MODEL_PATH={name!r}: config.json {key}={shown}: must be a positive whole number"
+        return None, f"MODEL_PATH={name!r}: config.json {key}={shown}: must be a positive whole number up to {MAX_COUNT}"
     return value, None
 
 
@@ -178,5 +185,7 @@ def load_architecture(model_path: Path) -> ModelSource:
     architecture = architecture_from_config(config, name)
     try:
         return ModelSource(architecture, str(config_file), sizes_from_config(config))
+    except SizesInvalid as invalid:
+        raise RecipeConfigError([f"MODEL_PATH={name!r}: {invalid}"]) from None
     except SizesUnknown as unknown:
         return ModelSource(architecture, str(config_file), None, str(unknown))

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recipe.model_sizes import QWEN3_5_35B_A3B_CONFIG, SizesUnknown, sizes_from_config
+from recipe.model_sizes import QWEN3_5_35B_A3B_CONFIG, SizesInvalid, SizesUnknown, sizes_from_config
 from recipe.models import QWEN3_5_35B_A3B, architecture_from_config, load_architecture
 from recipe.smoke import shipped_model_dir
 
@@ -115,7 +115,9 @@ _KEYS = ["hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads"
          "linear_num_value_heads", "moe_intermediate_size", "linear_conv_kernel_dim"]  # fmt: skip
 _NOT_A_COUNT = st.one_of(
     st.just("x" * 60),  # shown cut to its first 40 characters
-    st.booleans(), st.floats(allow_nan=True), st.integers(max_value=-1), st.text(max_size=5), st.lists(st.integers(), max_size=2)
+    st.booleans(), st.floats(allow_nan=True), st.integers(max_value=-1), st.text(max_size=5), st.lists(st.integers(), max_size=2),
+    # Past MAX_COUNT: no model has it, and the estimate's floats would overflow (2**1030).
+    st.integers(min_value=2**31), st.just(2**1030),
 )
 
 
@@ -125,10 +127,26 @@ def test_a_count_that_is_not_a_whole_number_is_named(key: str, value: Any) -> No
     """The key and the value as config.json has it (a long one cut, a list or object by its type)."""
     config = json.loads(json.dumps(QWEN3_5_35B_A3B_CONFIG))
     config["text_config"][key] = value
-    with pytest.raises(SizesUnknown) as caught:
+    with pytest.raises(SizesInvalid) as caught:
         sizes_from_config(config)
     shown = json.dumps(value)[:40] if isinstance(value, (int, float, str)) else type(value).__name__
-    assert str(caught.value) == f"config.json {key}={shown}: must be a whole number >= 0"
+    assert str(caught.value) == f"config.json {key}={shown}: must be a whole number from 0 to 2147483647"
+
+
+@settings(max_examples=20, deadline=None)
+@given(key=st.sampled_from(_KEYS), value=_NOT_A_COUNT)
+def test_plan_refuses_a_count_no_model_has_in_one_line(tmp_path_factory: pytest.TempPathFactory, key: str, value: Any) -> None:
+    """Bad input, not an unknown model: exit 2 naming MODEL_PATH and the key, never a skipped estimate or a traceback."""
+    from recipe.errors import RecipeConfigError
+    from recipe.models import load_architecture
+
+    folder = tmp_path_factory.mktemp("model")
+    config = json.loads(json.dumps(QWEN3_5_35B_A3B_CONFIG))
+    config["text_config"][key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(RecipeConfigError) as caught:
+        load_architecture(folder)
+    assert len(caught.value.problems) >= 1 and all(f"MODEL_PATH={str(folder)!r}" in p for p in caught.value.problems)
 
 
 @pytest.mark.parametrize("section", ["text_config", "vision_config"])

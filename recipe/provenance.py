@@ -15,6 +15,7 @@ schema, reading it as input, writing it) is recipe.record_file.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -69,15 +70,24 @@ def data_file(path: Path, environ: Mapping[str, str]) -> dict[str, Any] | None:
 
 
 def model_files(model_dir: Path) -> dict[str, str]:
-    """sha256 of each of MODEL_FILES the model directory holds (name -> digest); FileRefused above 1 GiB."""
+    """sha256 of each of MODEL_FILES the model directory holds (name -> digest).
+
+    FileRefused above 1 GiB, and for a name that is there but no regular file (a FIFO, a device,
+    a folder, a link to nothing): the trainer would read it, so it is refused, never left out.
+    """
     found = {}
     for name in MODEL_FILES:
         path = model_dir / name
-        try:
-            if path.is_file():
-                found[name] = sha256_file(path, MAX_MODEL_FILE_BYTES)
-        except OSError:
+        if not os.path.lexists(path):
             continue
+        try:
+            found[name] = sha256_file(path, MAX_MODEL_FILE_BYTES)
+        except FileNotFoundError:
+            raise FileRefused(f"{path}: a link to nothing") from None
+        except FileRefused:
+            raise
+        except OSError as error:
+            raise FileRefused(f"{path}: cannot be read ({error.strerror or type(error).__name__})") from None
     return found
 
 

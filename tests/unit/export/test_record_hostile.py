@@ -554,3 +554,31 @@ def test_the_record_of_the_step_verl_resumes_is_compared_too(inputs: dict[str, s
         plan_of(inputs)
     [line] = caught.value.problems  # one line per field, however many records say it
     assert line.startswith("TP: 8 when the checkpoint's run started") and "global_step_1" in line
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+SPECIAL_MODEL_FILES: dict[str, Callable[[Path], None]] = {
+    "a FIFO": _fifo,
+    "a link to /dev/zero": lambda path: path.symlink_to("/dev/zero"),
+    "a link to nothing": lambda path: path.symlink_to(path.with_name("gone")),
+    "a folder": lambda path: path.mkdir(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL_MODEL_FILES))
+@pytest.mark.parametrize("name", ["generation_config.json", "preprocessor_config.json", "model.safetensors.index.json"])
+def test_a_model_file_that_is_no_regular_file_is_refused_not_left_out(
+    inputs: dict[str, str], tmp_path: Path, name: str, kind: str
+) -> None:
+    """The trainer reads it: a record that silently left it out would compare nothing about it."""
+    model = tmp_path / "model"
+    shutil.copytree(inputs["MODEL_PATH"], model)
+    (model / name).unlink(missing_ok=True)
+    SPECIAL_MODEL_FILES[kind](model / name)
+    with pytest.raises(RecipeConfigError) as caught:
+        _finishes(lambda: plan_of(inputs | {"MODEL_PATH": str(model)}))
+    [line] = caught.value.problems
+    assert line.startswith(f"MODEL_PATH={str(model)!r}: {model / name}: ")

@@ -49,6 +49,9 @@ MAX_SHOWN_PROBLEMS = 20
 MAX_SOURCE_ENTRIES = 100_000
 #: Largest JSON file of a `save_to_disk` folder read.
 MAX_JSON_BYTES = 16 * 2**20
+#: Files `datasets` reads whole into memory (the dataset card, a saved dataset's metadata): each at
+#: most MAX_JSON_BYTES, where a 4 GiB sparse README.md took 8.5 GB of memory to load.
+READ_WHOLE = ("readme.md", "dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json")
 
 _FOLDER_RULE = "the source folder may hold only regular files, folders, and symlinks to them inside it"
 _IMAGE_RULE = "an image path must name a regular file inside --source"
@@ -161,6 +164,11 @@ def check_tree(folder: SourceFolder, label: str) -> list[str]:
                 return problems
             full = os.path.join(directory, name)
             problem, target = entry_problem(full)
+            if problem is None and target is not None and name.lower() in READ_WHOLE and target.st_size > MAX_JSON_BYTES:
+                problem = (
+                    f"{label}: {shown(os.path.relpath(full, folder.path))} is {target.st_size} bytes, which `datasets` "
+                    f"reads whole; at most {MAX_JSON_BYTES}"
+                )
             if problem is not None:
                 problems.append(problem)
             elif name in subdirectories and target is not None and stat.S_ISDIR(target.st_mode):

@@ -839,3 +839,17 @@ def test_a_sibling_folder_that_shares_the_sources_name_is_outside_it(name: str, 
         assert folder.contains(os.path.join(folder.root, "images", "a.png"))
         assert not folder.contains(f"{folder.root}{suffix}/a.png")
         assert not folder.contains(f"{folder.root}{suffix}")
+
+
+@pytest.mark.parametrize("name", ["README.md", "readme.MD", "dataset_info.json", "state.json"])
+def test_a_file_datasets_reads_whole_is_bounded(gsm8k_hub_snapshot: Path, tmp_path: Path, name: str) -> None:
+    """A 4 GiB sparse dataset card took 8.5 GB of memory to load: refused by its size, never read, nothing left."""
+    from recipe.data.guard import MAX_JSON_BYTES
+
+    with open(gsm8k_hub_snapshot / name, "wb") as handle:
+        handle.truncate(4 << 30)
+    out = tmp_path / "new" / "out"
+    with pytest.raises(RecipeConfigError) as caught:
+        prepare_dataset("gsm8k", out, gsm8k_hub_snapshot, progress=quiet)
+    assert any(f"{name}' is {4 << 30} bytes, which `datasets` reads whole; at most {MAX_JSON_BYTES}" in p for p in caught.value.problems)
+    assert not (tmp_path / "new").exists()

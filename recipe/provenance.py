@@ -197,6 +197,13 @@ def build_record(
 # --- drift --------------------------------------------------------------------------------
 
 
+def shown_name(name: str) -> str:
+    """A record's key as a line shows it: printable, a blank one quoted (`""`), never nothing; at most 80 characters."""
+    if not name.strip():
+        return json.dumps(name)
+    return _short(name)
+
+
 def _short(value: Any) -> str:
     """One printable line for a value of a record (which may be hostile): hashes cut to 12, the rest to 80."""
     if value is None:
@@ -230,8 +237,8 @@ def drift(stored: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[
     names = sorted(n for n in set(old_model) | set(new_model) if old_model.get(n) != new_model.get(n))
     if names:
         found["MODEL_PATH"] = (
-            ", ".join(f"{printable(n)} {_short(old_model.get(n))}" for n in names),
-            ", ".join(f"{printable(n)} {_short(new_model.get(n))}" for n in names),
+            ", ".join(f"{shown_name(n)} {_short(old_model.get(n))}" for n in names),
+            ", ".join(f"{shown_name(n)} {_short(new_model.get(n))}" for n in names),
         )
     for name in ("TRAIN_FILES", "VAL_FILES"):
         old = ((stored.get("data") or {}).get(name) or {}).get("sha256")
@@ -242,21 +249,21 @@ def drift(stored: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[
         old_l, new_l = stored.get("layout") or {}, now.get("layout") or {}
         for key in sorted(set(old_l) | set(new_l)):
             if old_l.get(key) != new_l.get(key):
-                found[printable(key.upper())] = (_short(old_l.get(key)), _short(new_l.get(key)))
+                found[shown_name(key.upper())] = (_short(old_l.get(key)), _short(new_l.get(key)))
     old_env, new_env = stored.get("environment_reads") or {}, now.get("environment_reads") or {}
     for name in sorted(set(old_env) | set(new_env)):
         if old_env.get(name, "(unset)") != new_env.get(name, "(unset)"):
-            found[printable(name)] = (_short(old_env.get(name, "(unset)")), _short(new_env.get(name, "(unset)")))
+            found[shown_name(name)] = (_short(old_env.get(name, "(unset)")), _short(new_env.get(name, "(unset)")))
     old_files, new_files = stored.get("referenced_files") or {}, now.get("referenced_files") or {}
     for key in sorted(set(old_files) | set(new_files)):
         old_digest, new_digest = (old_files.get(key) or {}).get("sha256"), (new_files.get(key) or {}).get("sha256")
         if old_digest != new_digest:
-            found[printable(key)] = (_short(old_digest), _short(new_digest))
+            found[shown_name(key)] = (_short(old_digest), _short(new_digest))
     old_t, new_t = stored.get("training") or {}, now.get("training") or {}
     names = {**(stored.get("setting_keys") or {}), **(now.get("setting_keys") or {})}
     for key in sorted(set(old_t) | set(new_t)):
         if old_t.get(key) != new_t.get(key):
-            field = printable(str(names.get(key, key)))
+            field = shown_name(str(names.get(key, key)))
             if field not in found:
                 found[field] = (_short(old_t.get(key, "(unset)")), _short(new_t.get(key, "(unset)")))
     return found

@@ -26,7 +26,7 @@ from typing import Any
 
 from recipe.export.report import printable
 from recipe.help import add_command
-from recipe.provenance import drift
+from recipe.provenance import drift, shown_name
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
 from recipe.settings import SECRET_SETTINGS, Settings
 
@@ -98,7 +98,7 @@ def replay_lines(record: dict[str, Any], path: Path) -> tuple[list[str], list[st
     if not isinstance(settings, dict) or not isinstance(extra, list):
         raise UnwritableRecord("settings must be an object and extra_overrides a list")
     lines = [_comment(f"settings of the run recorded in {path} (recipe {record.get('recipe_version')})")]
-    left_out = sorted(printable(str(name)) for name in settings if name not in SETTINGS)
+    left_out = sorted(shown_name(str(name)) for name in settings if name not in SETTINGS)
     lines += [env_line(name, value) for name, value in sorted(settings.items()) if name in REPLAYABLE and value is not None]
     if extra:
         lines.append(_comment("run with: entrypoint.py run -- " + " ".join(shlex.quote(str(o)) for o in extra)))

@@ -42,7 +42,7 @@ from recipe.digests import (
     sha256_file,
 )
 from recipe.errors import RecipeConfigError
-from recipe.provenance import REWARD_FUNCTION_KEY, drift
+from recipe.provenance import REWARD_FUNCTION_KEY, drift, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, copy_into_new_steps, read_record, record_bytes, write_record
 from recipe.replay import replay_lines, run_replay
 from tests.unit.envtools import HANG_GUARD_S
@@ -582,3 +582,13 @@ def test_a_model_file_that_is_no_regular_file_is_refused_not_left_out(
         _finishes(lambda: plan_of(inputs | {"MODEL_PATH": str(model)}))
     [line] = caught.value.problems
     assert line.startswith(f"MODEL_PATH={str(model)!r}: {model / name}: ")
+
+
+@pytest.mark.parametrize("part", ["environment_reads", "layout", "training", "model"])
+@pytest.mark.parametrize("name", ["", " ", "\t"])
+def test_a_blank_name_in_a_record_is_shown_quoted_not_as_nothing(part: str, name: str) -> None:
+    stored = {"model": {"files": {name: "a" * 64}}} if part == "model" else {part: {name: "1"}}
+    lines = drift_problems(stored, {}, [], Path("/ck/run-record.json"))[0]
+    [line] = lines
+    expected = f"MODEL_PATH: {json.dumps(name)} " if part == "model" else f"{json.dumps(name)}: "
+    assert line.startswith(expected), line

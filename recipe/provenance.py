@@ -45,6 +45,9 @@ NOT_TRAINING = frozenset({
     "data.train_files", "data.val_files", "actor_rollout_ref.model.path", "trainer.default_local_dir",
     "trainer.logger", "trainer.project_name", "trainer.experiment_name", "trainer.save_freq", "trainer.test_freq",
     "trainer.val_before_train", "trainer.resume_mode", "trainer.resume_from_path",
+    # Where the workers write their logs, under the checkpoint folder: moving that folder is no drift.
+    "ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR",
+    "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH",
 })  # fmt: skip
 #: Fields ALLOW_DRIFT may name besides settings and Hydra keys.
 FIELD_RECIPE, FIELD_FRAMEWORKS, FIELD_IMAGE = "RECIPE", "FRAMEWORKS", "IMAGE"

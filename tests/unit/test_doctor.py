@@ -135,9 +135,12 @@ def test_exit_2_when_only_selects_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("timeout", ["0", "-1", "inf", "nan", "-inf", "1e400", "86401"])
 def test_timeout_must_be_positive_and_finite(tmp_path: Path, timeout: str) -> None:
-    """`--json` prints the timeout: inf or nan there would be `Infinity`/`NaN`, which is not JSON."""
+    """`--json` prints the timeout: inf or nan there would be `Infinity`/`NaN`, which is not JSON. The refusal
+    itself is a strict JSON document on stdout (a reader of --json reads stdout alone)."""
     done = doctor(tmp_path, "--json", f"--timeout={timeout}")
-    assert done.returncode == 2 and done.stdout == ""
+    assert done.returncode == 2
+    document = json.loads(done.stdout, parse_constant=lambda constant: pytest.fail(f"{constant} in --json output"))
+    assert document["status"] == "error" and document["exit_code"] == 2
     assert f"--timeout: {timeout!r}: must be more than 0 and at most 86400 seconds" in done.stderr
 
 

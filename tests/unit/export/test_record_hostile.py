@@ -592,3 +592,11 @@ def test_a_blank_name_in_a_record_is_shown_quoted_not_as_nothing(part: str, name
     [line] = lines
     expected = f"MODEL_PATH: {json.dumps(name)} " if part == "model" else f"{json.dumps(name)}: "
     assert line.startswith(expected), line
+
+
+def test_a_checkpoint_folder_moved_with_its_runs_is_no_drift(inputs: dict[str, str], tmp_path: Path) -> None:
+    """The workers' log paths follow CHECKPOINT_DIR: moving the folder (and pointing CHECKPOINT_DIR at it) resumes."""
+    saved_run(inputs)
+    moved = tmp_path / "moved"
+    shutil.move(inputs["CHECKPOINT_DIR"], moved)
+    assert plan_of(inputs | {"CHECKPOINT_DIR": str(moved)}).drift_accepted == []

@@ -119,3 +119,34 @@ def test_stale_temps_of_a_killed_run_are_removed_but_fresh_ones_kept(tmp_path: P
     os.utime(unrelated, (two_hours_ago, two_hours_ago))
     assert remove_stale_temps([target]) == [stale]
     assert not stale.exists() and fresh.exists() and unrelated.exists()
+
+
+def test_the_temp_a_killed_stage_leaves_is_one_remove_stale_temps_finds(tmp_path: Path) -> None:
+    """What stage() names its temporary file and what the clean-up looks for must agree, or a crash leaks files."""
+    from recipe.atomic import AtomicFileSet
+
+    target = tmp_path / "train.parquet"
+    files = AtomicFileSet()
+    temp = files.stage(target, lambda out: out.write(b"half"))  # then the process dies: no commit, no abort
+    os.utime(temp, (time.time() - 7200, time.time() - 7200))
+    assert remove_stale_temps([target]) == [temp] and not temp.exists()
+
+
+def test_every_stale_temp_is_removed_whatever_comes_before_it(tmp_path: Path) -> None:
+    target = tmp_path / "train.parquet"
+    names = [tmp_path / f".train.parquet.{tag}.tmp" for tag in ("aaa", "bbb", "ccc", "ddd")]
+    for at, path in enumerate(names):
+        path.write_bytes(b"x")
+        if at % 2:  # a fresh one between stale ones: the sweep goes on past it
+            continue
+        os.utime(path, (time.time() - 7200, time.time() - 7200))
+    assert sorted(remove_stale_temps([target])) == [names[0], names[2]]
+
+
+def test_abort_after_the_temp_is_gone_is_quiet(tmp_path: Path) -> None:
+    """A clean-up of the folder (or another run's sweep) may remove the temporary file first."""
+    from recipe.atomic import AtomicFileSet
+
+    with AtomicFileSet() as files:
+        files.stage(tmp_path / "a.json", lambda out: out.write(b"{}")).unlink()
+    assert list(tmp_path.iterdir()) == []

@@ -199,3 +199,26 @@ def test_the_guard_reads_every_tracker_exactly_as_verl_does(tmp_path_factory: py
         return
     ours = tracked_step_dir(root)
     assert (None if ours is None else str(ours[0])) == verl_says
+
+
+@pytest.mark.parametrize(
+    ("where", "error", "shown"),
+    [("open_regular", PermissionError(13, "Permission denied"), "cannot be opened (Permission denied)"),
+     ("read_bounded", OSError(5, "Input/output error"), "cannot be read (Input/output error)")],
+)  # fmt: skip
+def test_a_tracker_the_os_will_not_give_is_named_with_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, error: OSError, shown: str
+) -> None:
+    """Root opens any file here: the OS's refusals are made, and their line says which and why."""
+    from recipe import checkpoint_tracker
+
+    (tmp_path / checkpoint_tracker.TRACKER_NAME).write_text("1")
+    (tmp_path / "global_step_1").mkdir()
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(checkpoint_tracker, where, refuse)
+    with pytest.raises(ResumeCheckError) as caught:
+        tracked_step_dir(tmp_path)
+    assert str(caught.value) == f"{tmp_path / checkpoint_tracker.TRACKER_NAME} {shown}"

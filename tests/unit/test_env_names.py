@@ -47,7 +47,8 @@ def test_the_table_is_what_the_libraries_installed_here_read() -> None:
     # The same scanner over the installed copies: where the version is the table's, the names are.
     installed = env_names.scan_installed()
     same = {key: entry for key, entry in installed.items() if key in _table()}
-    assert {"ray==2.60.0", "huggingface_hub==1.33.0", "transformers==5.10.4", "datasets==5.2.0"} <= set(same), sorted(installed)
+    # ray and datasets are pinned by pyproject (the others are whatever verl's install resolved: compared when equal).
+    assert {"ray==2.60.0", "datasets==5.2.0"} <= set(same), sorted(installed)
     assert env_names.differences(_table(), same) == []
 
 

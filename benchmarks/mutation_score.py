@@ -74,7 +74,7 @@ MODULES = {
     "layout": [f"{U}/test_layout.py"],
     "memory_fit": [f"{U}/test_memory_fit.py"],
     "model_sizes": [f"{U}/test_model_sizes.py"],
-    "models": [f"{U}/test_layout.py"],
+    "models": [f"{U}/test_models.py", f"{U}/test_layout.py"],
     "plan": [f"{U}/test_verl_compose.py", f"{U}/test_hostile_overrides.py"],
     "provenance": [f"{E}/test_provenance.py", f"{E}/test_record_hostile.py"],
     "record_file": [f"{E}/test_record_hostile.py"],

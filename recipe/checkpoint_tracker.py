@@ -18,7 +18,6 @@ TRACKER_NAME = "latest_checkpointed_iteration.txt"
 MAX_TRACKER_BYTES = 1 << 20
 
 
-
 class ResumeCheckError(Exception):
     """The guard cannot tell what verl would resume from: it refuses."""
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from recipe import __version__
 from recipe.allocator import AllocatorDecision, decide_allocator
+from recipe.checkpoint_tracker import TRACKER_NAME, ResumeCheckError, tracked_step_dir
 from recipe.chip import DEFAULT_CHIP, Chip, assumed_chip
 from recipe.device import DeviceDetection, detect_device
 from recipe.errors import RecipeConfigError
@@ -30,7 +31,6 @@ from recipe.launch import (
 from recipe.layout import ParallelLayout, resolve_layout
 from recipe.memory_fit import EstimateSkipped, MemoryEstimate, device_memory, estimate, workload_from_overrides
 from recipe.models import ModelSource, load_architecture
-from recipe.checkpoint_tracker import TRACKER_NAME, ResumeCheckError, tracked_step_dir
 from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
 from recipe.settings import Settings
@@ -281,8 +281,7 @@ def _drift_guard(settings: Settings, overrides: Sequence[str], record: dict[str,
         tracked = None  # verl cannot read its tracker: `run`'s resume guard refuses that; the run's record still counts
     # The run's record and the record of the step verl resumes: either may be all that is left.
     paths = [root / RECORD_NAME, *([tracked[0] / RECORD_NAME] if tracked else [])]
-    refused: dict[str, str] = {}
-    accepted: dict[str, str] = {}
+    stored_records = []
     for path in paths:
         try:
             stored = read_record(path)
@@ -292,15 +291,13 @@ def _drift_guard(settings: Settings, overrides: Sequence[str], record: dict[str,
                 [f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: {printable(str(error))}; move it away to resume "
                  "without a drift check"]
             ) from None
-        if stored is None:
-            continue  # a checkpoint from before run records: nothing to compare with
-        lines = drift_problems(stored, record, settings.allowed_drift, path)
-        for found, lines_of_kind in zip((refused, accepted), lines):
-            for line in lines_of_kind:
-                found.setdefault(line.split(":", 1)[0], line)  # one line per field, the run's record first
+        if stored is not None:  # None: a checkpoint from before run records, nothing to compare with
+            stored_records.append((stored, path))
+    # One line per field, from the run's record first.
+    refused, accepted = drift_problems(stored_records, record, settings.allowed_drift)
     if refused:
-        raise RecipeConfigError(list(refused.values()))
-    return list(accepted.values())
+        raise RecipeConfigError(refused)
+    return accepted
 
 
 def _profile_override(text: str) -> Override:

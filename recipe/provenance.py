@@ -273,12 +273,24 @@ def drift(stored: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[
 
 
 def drift_problems(
-    stored: Mapping[str, Any], now: Mapping[str, Any], allowed: Sequence[str], record_path: Path
+    stored: Mapping[str, Any] | Sequence[tuple[Mapping[str, Any], Path]],
+    now: Mapping[str, Any],
+    allowed: Sequence[str],
+    record_path: Path | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(refusals, accepted notes): one line per drifted field, each naming it, then and now."""
+    """(refusals, accepted notes): one line per drifted field, each naming it, then and now.
+
+    `stored` is one record read from `record_path`, or several (record, path) pairs: a field that
+    drifted in more than one is said once, from the first that has it.
+    """
+    records = [(stored, record_path)] if isinstance(stored, Mapping) else list(stored)
+    drifted: dict[str, tuple[str, str, Path | None]] = {}
+    for record, path in records:
+        for field, (then, current) in drift(record, now).items():
+            drifted.setdefault(field, (then, current, path))
     refused, accepted = [], []
-    for field, (then, current) in drift(stored, now).items():
-        line = f"{field}: {then} when the checkpoint's run started ({record_path}), {current} now"
+    for field, (then, current, path) in drifted.items():
+        line = f"{field}: {then} when the checkpoint's run started ({path}), {current} now"
         if field in allowed:
             accepted.append(f"{line} (accepted: ALLOW_DRIFT)")
         else:

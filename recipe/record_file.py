@@ -104,12 +104,16 @@ def _no_unwritable_text(value: Any) -> None:
     Either breaks whatever reads it next (a path with NUL cannot be opened, a surrogate cannot be
     encoded), so a record holding one is refused as a whole.
     """
-    texts = [value] if isinstance(value, str) else list(value) if isinstance(value, dict) else []
-    for text in texts:
-        if "\x00" in text or any("\ud800" <= char <= "\udfff" for char in text):
+    if isinstance(value, str):
+        if "\x00" in value or any("\ud800" <= char <= "\udfff" for char in value):
             raise ValueError("a NUL or a lone surrogate in a string")
-    for inner in value.values() if isinstance(value, dict) else value if isinstance(value, list) else []:
-        _no_unwritable_text(inner)
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            _no_unwritable_text(key)
+            _no_unwritable_text(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            _no_unwritable_text(inner)
 
 
 def read_record(path: Path) -> dict[str, Any] | None:

@@ -157,11 +157,11 @@ def comparable(path: Path, owner: int) -> str | None:
     """
     try:
         info = path.stat()
-        folders = [folder.stat() for folder in path.absolute().parents]
+        folders = [(folder, folder.stat()) for folder in path.absolute().parents]
     except (OSError, ValueError):
         return None  # not there (or no name a file system takes): compared as absent
     # The owner must reach the file too: every folder on the way searchable by it or by everyone.
-    for folder, found in zip(path.absolute().parents, folders):
+    for folder, found in folders:
         if not (found.st_uid == owner and found.st_mode & stat.S_IXUSR or found.st_mode & stat.S_IXOTH):
             return f"{path}: the record owner (uid {owner}) cannot reach it through {folder}"
     if info.st_uid == owner and info.st_mode & stat.S_IRUSR or info.st_mode & stat.S_IROTH:

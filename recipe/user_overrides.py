@@ -196,9 +196,14 @@ def parse_user_override(text: str, parser: Any) -> UserOverride | str:
     )
 
 
+def _key_words(key: str) -> list[str]:
+    """The words of a config key (`+a.b[0]/c@d` -> a, b, 0, c, d)."""
+    return [word for word in re.split(r"[.\[\]/@:+~]+", key) if word]
+
+
 def _secret_words(key: str, in_environment: bool = False) -> list[str]:
     """The words of a config key that name a secret: is_secret_key, or is_secret_name under an environment dict."""
-    words = [word for word in re.split(r"[.\[\]/@:+~]+", key) if word]
+    words = _key_words(key)
     return [
         word
         for at, word in enumerate(words)
@@ -212,7 +217,7 @@ def _secrets_set(key: str, value: Any, in_environment: bool = False) -> list[str
     Under an environment dict (_ENVIRONMENT_KEYS) a name is an environment variable's and follows
     is_secret_name in any case. A URL with a password is a secret whatever holds it.
     """
-    words = [word for word in re.split(r"[.\[\]/@:+~]+", key) if word]
+    words = _key_words(key)
     found = []
     if value not in (None, ""):
         found += _secret_words(key, in_environment)

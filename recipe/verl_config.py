@@ -339,7 +339,11 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
         except Exception as error:
             why = _first_line(error)[:300]
             return VerlConfigCheck([*problems, f"overrides after `--`: verl's config cannot be resolved with them ({why})"])
+    decided = decided_keys(recipe)
+    files: dict[str, str] = {}
     for path, value in _leaves(resolved):
+        if path.rsplit(".", 1)[-1].endswith("path") and path not in decided and _regular_file(value):
+            files[path] = value
         if isinstance(value, str) and _CANARY in value:
             names = ", ".join(sorted(seen))
             problems.append(
@@ -371,12 +375,6 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
         if have != want:
             problems.append(
                 f"overrides after `--`: put {variable}={have!r} into the Ray workers' environment (planned "
-                f"{want!r}), which {decided_keys(recipe)[_RAY_ENV + variable]} decides"
+                f"{want!r}), which {decided[_RAY_ENV + variable]} decides"
             )
-    decided = decided_keys(recipe)
-    files = {
-        path: value
-        for path, value in _leaves(resolved)
-        if path.rsplit(".", 1)[-1].endswith("path") and path not in decided and _regular_file(value)
-    }
     return VerlConfigCheck(problems, dict(sorted(reads.items())), files)

@@ -40,6 +40,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Union
 
+from recipe.atomic import atomic_write
+
 logger = logging.getLogger("recipe.export.jsonsafe")
 
 JSONValue = Union[None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]]
@@ -266,8 +268,6 @@ def dump_json_safe(value: Any, target: str | os.PathLike[str] | IO[str], *, inde
     if hasattr(target, "write"):
         target.write(text)  # type: ignore[union-attr]
         return notes
-    from recipe.atomic import atomic_write
-
     # Atomic, and never through a link planted where the file or its temporary goes.
     atomic_write(Path(os.fspath(target)), lambda out: out.write(text.encode("utf-8")))  # type: ignore[arg-type]
     return notes

@@ -6,12 +6,12 @@ import logging
 import os
 from pathlib import Path
 
+from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
 from recipe.export.watch import MANIFEST, REPORT_NAME
 from recipe.launch import (
     checkpoint_root,
     resume_mode_problem,
 )
-from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
 from recipe.plan import Plan
 
 logger = logging.getLogger("recipe")

@@ -1,29 +1,70 @@
-"""recipe.cluster.rules: the roles and the rules plan checks (hosts, GCS addresses, several nodes)."""
+"""recipe.cluster.rules: the roles and the rules `plan` checks (hosts, GCS addresses, several nodes, Ray auth).
+
+Each rule is a table of hand-written inputs -> the exact lines a user sees: `plan` prints them as
+`error: ...` lines and users grep logs for them, so a changed word is a regression. The roles are
+compared whole (kind, address, rank, node count and the reason `run` logs), and one property
+proves the address a worker is told is one the join path accepts and splits back.
+"""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recipe.cluster import rules
 
+# The rule texts, written out once so the tables stay readable; each is pinned exactly.
+RFC = ("must be an IP address or a host name (RFC 1123: dot-separated labels of 1-63 letters, "
+       "digits or hyphens, not starting or ending with a hyphen)")
+IPV4 = "must be a valid IPv4 address (a host name cannot end in an all-numeric label)"
+IN_BRACKETS = "must be an IPv6 address inside the brackets"
+NO_PORT = "must be a host name or IP address without a port (the port is RAY_PORT)"
+GCS = "must be a GCS address host:port"
+GCS_SCHEME = ("must be a GCS address host:port (a dashboard http:// or a Ray Client ray:// address "
+              "is not one the trainer can join)")
+GCS_AUTO = ("must be a GCS address host:port: `auto` names no head the recipe can probe and count "
+            "nodes on (KubeRay sets host:port)")
+GCS_PORT = "must be a GCS address host:port with a TCP port in [1, 65535]"
+GCS_IPV6 = "must be a GCS address host:port, with an IPv6 host in brackets ([::1]:6379)"
+PORT_RULE = "must be a TCP port in [1, 65535]"
+
+# RFC 1123 caps a host name at 253 characters (labels of at most 63): 63+1+63+1+63+1+61.
+LONGEST_NAME = ".".join(["a" * 63] * 3 + ["a" * 61])
+assert len(LONGEST_NAME) == 253
+
+
+# --- the role each node plays ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
-    ("nnodes", "rank", "master", "ray_address", "kind", "address"),
+    ("nnodes", "rank", "master", "port", "ray_address", "role"),
     [
-        (1, 0, None, None, "single", None),
-        (2, 0, "head.local", None, "head", "head.local:6379"),
-        (4, 3, "10.0.0.1", None, "worker", "10.0.0.1:6379"),
-        # KubeRay: the cluster exists; NODE_RANK/MASTER_ADDR do not matter.
-        (4, 0, None, "10.0.0.9:6379", "join-existing", "10.0.0.9:6379"),
-        (1, 0, None, "10.0.0.9:6379", "join-existing", "10.0.0.9:6379"),
+        (1, 0, None, 6379, None,
+         rules.RayRole("single", None, 0, 1, "NNODES=1: the trainer starts its own local Ray")),
+        (2, 0, "head.local", 6380, None,
+         rules.RayRole("head", "head.local:6380", 0, 2, "NNODES=2, NODE_RANK=0: start the Ray head on port 6380")),
+        (4, 3, "10.0.0.1", 6379, None,
+         rules.RayRole("worker", "10.0.0.1:6379", 3, 4, "NNODES=4, NODE_RANK=3: join the head at 10.0.0.1:6379")),
+        # An IPv6 head is bracketed, else host:port would be ambiguous; a bracketed one is kept as is.
+        (2, 1, "fe80::1", 6379, None,
+         rules.RayRole("worker", "[fe80::1]:6379", 1, 2, "NNODES=2, NODE_RANK=1: join the head at [fe80::1]:6379")),
+        (2, 0, "[fe80::1]", 6379, None,
+         rules.RayRole("head", "[fe80::1]:6379", 0, 2, "NNODES=2, NODE_RANK=0: start the Ray head on port 6379")),
+        # KubeRay: the cluster exists; MASTER_ADDR does not matter, NODE_RANK is only carried along.
+        (4, 2, None, 6379, "10.0.0.9:6379",
+         rules.RayRole("join-existing", "10.0.0.9:6379", 2, 4, "RAY_ADDRESS=10.0.0.9:6379 is set: join that cluster")),
+        (1, 0, None, 6379, "10.0.0.9:6379",
+         rules.RayRole("join-existing", "10.0.0.9:6379", 0, 1, "RAY_ADDRESS=10.0.0.9:6379 is set: join that cluster")),
     ],
 )
-def test_plan_ray_role(nnodes: int, rank: int, master: str | None, ray_address: str | None,
-                       kind: str, address: str | None) -> None:
-    role = rules.plan_ray_role(nnodes, rank, master, 6379, ray_address)
-    assert (role.kind, role.address, role.nnodes) == (kind, address, nnodes)
-    assert role.runs_trainer is (kind != "worker")
-    assert role.starts_ray is (kind in ("head", "worker"))
+def test_each_node_gets_its_role_address_and_logged_reason(
+    nnodes: int, rank: int, master: str | None, port: int, ray_address: str | None, role: rules.RayRole
+) -> None:
+    planned = rules.plan_ray_role(nnodes, rank, master, port, ray_address)
+    assert planned == role
+    assert planned.runs_trainer is (role.kind != "worker")
+    assert planned.starts_ray is (role.kind in ("head", "worker"))
 
 
 def test_head_without_master_addr_is_refused_too() -> None:
@@ -45,21 +86,196 @@ def test_every_bad_variable_is_reported_at_once() -> None:
     ]
 
 
-def test_worker_needs_master_addr() -> None:
-    assert rules.cluster_problems(2, 1, None, 6379) == [
-        "MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES=2 and NODE_RANK=1 (or RAY_ADDRESS a running cluster)"
-    ]
-    assert rules.cluster_problems(2, 1, "h", 6379) == []
+def test_a_cluster_error_reads_as_its_problems_joined() -> None:
+    # What a traceback or a log line shows when the error is not printed line by line by the CLI.
+    error = rules.ClusterError(["NNODES=0: must be at least 1", "RAY_PORT=0: must be a TCP port in [1, 65535]"])
+    assert str(error) == "NNODES=0: must be at least 1; RAY_PORT=0: must be a TCP port in [1, 65535]"
 
 
-def test_dashboard_address_is_not_a_gcs_address() -> None:
-    problems = rules.cluster_problems(2, 0, None, 6379, "http://head:8265")
-    assert len(problems) == 1 and problems[0].startswith("RAY_ADDRESS=http://head:8265: must be a GCS")
+_host_names = st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9](\.[a-z][a-z0-9-]{0,8}[a-z0-9]){0,3}", fullmatch=True)
+_masters = st.one_of(
+    _host_names,
+    st.ip_addresses(v=4).map(str),
+    st.ip_addresses(v=6).map(str),
+    st.ip_addresses(v=6).map(lambda a: f"[{a}]"),
+)
 
 
-def test_split_address() -> None:
-    assert rules.split_address("h:1") == ("h", 1)
-    assert rules.split_address("[::1]:6379") == ("::1", 6379)
-    for bad in ("h", "h:", ":1", "h:x"):
-        with pytest.raises(rules.ClusterError):
-            rules.split_address(bad)
+@settings(max_examples=150)
+@given(master=_masters, port=st.integers(1, 65535), rank=st.integers(0, 7))
+def test_the_address_a_node_is_told_is_one_the_join_path_accepts(master: str, port: int, rank: int) -> None:
+    # The head advertises and the workers join exactly this address; the join path checks it with
+    # gcs_address_problem and probes it with split_address's (host, port).
+    role = rules.plan_ray_role(8, rank, master, port, None)
+    assert role.address is not None
+    assert rules.gcs_address_problem(role.address) is None
+    assert rules.split_address(role.address) == (master.strip("[]"), port)
+
+
+# --- hosts (MASTER_ADDR, and the host of a GCS address) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "problem"),
+    [
+        ("10.0.0.1", None),
+        ("head.local", None),
+        ("node-1", None),
+        ("head.local.", None),  # a fully qualified name may end in the root's dot
+        ("a" * 63, None),
+        (LONGEST_NAME, None),
+        ("fe80::1", None),
+        ("[fe80::1]", None),
+        ("[::1]", None),
+        # Brackets hold an IPv6 address, nothing else.
+        ("[head]", IN_BRACKETS),
+        ("[10.0.0.1:1]", IN_BRACKETS),
+        ("[::1", RFC),  # an unclosed bracket is no bracket: a host name with a bad character
+        ("head:6379", NO_PORT),
+        ("10.0.0.1:6379", NO_PORT),
+        ("head:", NO_PORT),
+        ("a b", RFC),
+        ("-h", RFC),
+        ("h-", RFC),
+        ("x-.", RFC),  # the root's dot is dropped, the label before it still ends in a hyphen
+        ("h_", RFC),
+        ("a_b.", RFC),
+        ("h..x", RFC),
+        ("10.0.0.1/24", RFC),
+        ("x" * 64, RFC),
+        (LONGEST_NAME + "a", RFC),  # 254 characters
+        ("999.1.1.1", IPV4),
+        ("10.0.0.256", IPV4),
+        ("a.1.", IPV4),
+    ],
+)
+def test_a_host_is_an_ip_address_or_an_rfc_1123_name(host: str, problem: str | None) -> None:
+    assert rules.host_problem(host) == problem
+
+
+# --- RAY_ADDRESS: a GCS address host:port -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [
+        ("10.0.0.9:6379", None),
+        ("head-svc.ns.svc.cluster.local:6379", None),
+        ("[::1]:6379", None),
+        ("[fe80::1]:6380", None),
+        ("localhost:1", None),
+        ("h:65535", None),
+        ("http://head:8265", GCS_SCHEME),
+        ("ray://head:10001", GCS_SCHEME),
+        ("auto", GCS_AUTO),
+        ("head", GCS),
+        (":6379", GCS),
+        ("head:0", GCS_PORT),
+        ("head:65536", GCS_PORT),
+        ("head:", GCS_PORT),
+        ("head:port", GCS_PORT),
+        ("head:-1", GCS_PORT),
+        ("head:\u0666\u0663\u0667\u0669", GCS_PORT),  # Arabic-Indic digits: int() reads them, a socket does not
+        ("::1:6379", GCS_IPV6),
+        ("fe80::1:6379", GCS_IPV6),
+        ("-head:6379", f"{GCS}; its host {RFC}"),
+        ("he_ad:6379", f"{GCS}; its host {RFC}"),
+        ("999.1.1.1:6379", f"{GCS}; its host {IPV4}"),
+        ("[head]:6379", f"{GCS}; its host {IN_BRACKETS}"),
+    ],
+)
+def test_a_ray_address_must_be_a_gcs_host_port(address: str, problem: str | None) -> None:
+    assert rules.gcs_address_problem(address) == problem
+
+
+# --- the cluster variables together -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nnodes", "rank", "master", "port", "ray_address", "problems"),
+    [
+        (1, 0, None, 6379, None, []),
+        (2, 1, "h", 6379, None, []),
+        (1, 0, None, 1, None, []),
+        (1, 0, None, 65535, None, []),
+        # RAY_ADDRESS names the cluster: no MASTER_ADDR is needed.
+        (4, 0, None, 6379, "10.0.0.9:6379", []),
+        (0, 0, None, 6379, None, ["NNODES=0: must be at least 1"]),
+        (1, 1, None, 6379, None, ["NODE_RANK=1: must be in [0, NNODES=1)"]),
+        (2, -1, "h", 6379, None, ["NODE_RANK=-1: must be in [0, NNODES=2)"]),
+        (1, 0, None, 0, None, [f"RAY_PORT=0: {PORT_RULE}"]),
+        (1, 0, None, 65536, None, [f"RAY_PORT=65536: {PORT_RULE}"]),
+        (2, 1, None, 6379, None, [
+            "MASTER_ADDR=: must name the NODE_RANK=0 host when NNODES=2 and NODE_RANK=1 (or RAY_ADDRESS a running cluster)"
+        ]),
+        (2, 1, "head:6379", 6379, None, [f"MASTER_ADDR=head:6379: {NO_PORT}"]),
+        (2, 1, "-h", 6379, None, [f"MASTER_ADDR=-h: {RFC}"]),
+        (1, 0, None, 6379, "http://head:8265", [
+            ("RAY_ADDRESS=http://head:8265: must be a GCS address host:port "
+             "(a dashboard http:// address is for `ray job submit`, not for the trainer)")
+        ]),
+        (1, 0, None, 6379, "auto", [f"RAY_ADDRESS=auto: {GCS_AUTO}"]),
+        (1, 0, None, 6379, "head:0", [f"RAY_ADDRESS=head:0: {GCS_PORT}"]),
+        # Every bad variable at once, in the order the variables are documented.
+        (0, -1, "-h", 0, "auto", [
+            "NNODES=0: must be at least 1",
+            "NODE_RANK=-1: must be in [0, NNODES=0)",
+            f"RAY_PORT=0: {PORT_RULE}",
+            f"MASTER_ADDR=-h: {RFC}",
+            f"RAY_ADDRESS=auto: {GCS_AUTO}",
+        ]),
+    ],
+)
+def test_cluster_variables_are_checked_with_one_line_each(
+    nnodes: int, rank: int, master: str | None, port: int, ray_address: str | None, problems: list[str]
+) -> None:
+    assert rules.cluster_problems(nnodes, rank, master, port, ray_address) == problems
+
+
+# --- Ray's authentication ---------------------------------------------------------------------------
+
+TOKEN_MISSING = "RAY_AUTH_TOKEN=: must be set (the same on every node) when RAY_AUTH_MODE=token"
+
+
+@pytest.mark.parametrize(
+    ("nnodes", "ray_address", "mode", "token_set", "problems"),
+    [
+        (3, None, None, False, [
+            ("RAY_AUTH_MODE=: must be token when NNODES=3 starts Ray across machines, with the same "
+             "RAY_AUTH_TOKEN on every node (e.g. `openssl rand -hex 32`); RAY_AUTH_MODE=disabled only on an "
+             "isolated network")
+        ]),
+        (2, None, "token", False, [TOKEN_MISSING]),
+        (1, None, "token", False, [TOKEN_MISSING]),
+        (2, None, "token", True, []),
+        (2, None, "disabled", False, []),
+        (1, None, None, False, []),  # one node: Ray's ports stay on this machine
+        (4, "10.0.0.9:6379", None, False, []),  # KubeRay's cluster made its own token
+    ],
+)
+def test_ray_auth_is_required_across_machines(
+    nnodes: int, ray_address: str | None, mode: str | None, token_set: bool, problems: list[str]
+) -> None:
+    assert rules.ray_auth_problems(nnodes, ray_address, mode, token_set) == problems
+
+
+# --- splitting an address for the TCP probe -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "parts"),
+    [
+        ("h:1", ("h", 1)),
+        ("[::1]:6379", ("::1", 6379)),
+        ("XE9680-01:6379", ("XE9680-01", 6379)),  # only brackets are stripped from the host
+    ],
+)
+def test_split_address(address: str, parts: tuple[str, int]) -> None:
+    assert rules.split_address(address) == parts
+
+
+@pytest.mark.parametrize("bad", ["h", "h:", ":1", "h:x"])
+def test_split_address_refuses_what_is_not_host_port(bad: str) -> None:
+    with pytest.raises(rules.ClusterError) as caught:
+        rules.split_address(bad)
+    assert caught.value.problems == [f"address {bad!r}: must be host:port"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -13,11 +14,29 @@ COMMANDS = ["plan", "run", "prepare-data", "verify-export", "export", "doctor"]
 
 
 def _help(*argv: str) -> str:
+    """What `entrypoint.py ARGV --help` prints: the real parser, in this process (fast, and traced by mutmut)."""
+    import contextlib
+    import io
+
+    from recipe.cli import _parser
+
+    from unittest import mock
+
+    shown = io.StringIO()
+    # argparse wraps to COLUMNS; the entrypoint's check below runs with 80 too.
+    with mock.patch.dict(os.environ, {"COLUMNS": "80"}), contextlib.redirect_stdout(shown), pytest.raises(SystemExit) as left:
+        _parser().parse_args([*argv, "--help"])
+    assert left.value.code == 0
+    return shown.getvalue()
+
+
+def test_the_help_is_what_the_entrypoint_prints() -> None:
+    """The in-process help above is the entrypoint's own (same parser, same program name)."""
     done = subprocess.run(
-        [*ENTRYPOINT, *argv, "--help"], env=entrypoint_env(), capture_output=True, text=True, timeout=HANG_GUARD_S, check=False
+        [*ENTRYPOINT, "plan", "--help"], env={**entrypoint_env(), "COLUMNS": "80"}, capture_output=True, text=True,
+        timeout=HANG_GUARD_S, check=False,
     )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    assert (done.returncode, done.stdout) == (0, _help("plan"))
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -27,7 +46,12 @@ def test_help_has_a_description_exit_codes_and_an_example(command: str) -> None:
     description = rest.split("\n\n", 1)[0]
     assert usage.startswith("usage: entrypoint.py " + command)
     assert len(description.split()) >= 8, f"no description under the usage line:\n{text}"
-    assert "\nexit codes:\n  0  " in text and "  2  " in text
+    assert not description.startswith(("options:", "positional arguments:")), f"no description:\n{text}"
+    codes = text.split("\nexit codes:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    numbers = [int(line.split()[0]) for line in codes]
+    # One line per exit code, `  N  meaning`, in order, 0 and 2 always among them.
+    assert all(re.fullmatch(r"  \d+  \S.*", line) for line in codes), codes
+    assert numbers == sorted(numbers) and {0, 2} <= set(numbers), codes
     example = text.split("\nexample:\n", 1)[1].splitlines()[0]
     assert f"entrypoint.py {command}" in example, example
 
@@ -38,9 +62,17 @@ def test_run_help_explains_the_trainer_overrides() -> None:
     assert "Hydra" in text
 
 
-def test_the_command_list_names_every_command() -> None:
+def test_the_command_list_names_every_command_with_its_summary() -> None:
     text = _help()
-    assert all(f"    {command}" in text for command in COMMANDS)
+    assert all(f"\n    {command}" in text for command in COMMANDS)
+    assert "\n    plan " in text and " print the checked launch plan (no accelerator needed)\n" in text
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_the_usage_line_shows_the_trainer_overrides(command: str) -> None:
+    assert _help(command).splitlines()[0] == f"usage: entrypoint.py {command} " + {
+        "plan": "[--json] [-- key=value ...]", "run": "[--progress | --no-progress] [-- key=value ...]"
+    }[command]
 
 
 @pytest.mark.parametrize("argv", [["plan"], ["plan", "--json"], ["--help"]])

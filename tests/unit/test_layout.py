@@ -1,4 +1,8 @@
-"""Layout: device defaults, every Megatron/vLLM/verl divisibility rule, all problems at once."""
+"""Layout: device and chip defaults, every Megatron/vLLM/verl divisibility rule, all problems at once.
+
+Also the exact `plan --json` layout (sizes, world, DP, where each size came from) and the one known
+upstream failure refused by name (GEN_TP=4 on npu for Qwen3.5-35B-A3B).
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,13 @@ from hypothesis import strategies as st
 
 from recipe.errors import RecipeConfigError
 from recipe.layout import resolve_layout
+from recipe.models import (
+    QWEN3_5_35B_A3B,
+    ModelArchitecture,
+    architecture_from_config,
+    load_architecture,
+)
 from recipe.settings import load_settings
-from recipe.models import QWEN3_5_35B_A3B, architecture_from_config, load_architecture
 
 from .envtools import REPO, settings_of
 
@@ -209,3 +218,145 @@ def test_the_token_never_appears_in_a_layout_error(token: str) -> None:
     # A bad layout beside a token: the errors name the rule, never the token.
     problems = _problems(**TWO_NODES, TP=3, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     assert problems and not any(token in p for p in problems)
+
+
+# --- Exact outcomes: sources, chips, the smoke profile, every product rule (issue 27) ------------
+
+GPU_WORLD_8 = "8 devices (NNODES=1 x NDEVICES_PER_NODE=8)"
+
+
+def test_plan_json_shows_every_size_the_world_dp_and_where_each_came_from() -> None:
+    layout = resolve_layout(settings_of(TP=4), "gpu", QWEN3_5_35B_A3B)
+    default = "default for gpu"
+    assert layout.to_dict() == {
+        "tp": 4, "pp": 1, "cp": 1, "ep": 8, "etp": 1, "gen_tp": 8, "nnodes": 1, "ndevices_per_node": 8,
+        "world_size": 8, "dp": 2,  # 8 devices / TP 4
+        "sources": {"TP": "environment", "PP": default, "CP": default, "EP": default, "ETP": default,
+                    "GEN_TP": default, "NDEVICES_PER_NODE": default, "NNODES": "default"},
+    }
+
+
+@pytest.mark.parametrize(("values", "source"), [({}, "default"), ({"NNODES": 1}, "environment")])
+def test_nnodes_source_says_whether_the_user_set_it(values: dict[str, object], source: str) -> None:
+    # Even a value equal to the default is the user's when they wrote it.
+    assert resolve_layout(settings_of(**values), "gpu", QWEN3_5_35B_A3B).sources["NNODES"] == source
+
+
+def test_a_910b_node_gets_eight_devices_and_pp_1() -> None:
+    # An Atlas A2 node has 8 NPUs (docs: chip.py); upstream's PP=2 with EP=8 would need 16.
+    layout = resolve_layout(settings_of(), "npu", QWEN3_5_35B_A3B, chip="910b")
+    assert (layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, layout.gen_tp) == (2, 1, 1, 8, 1, 8)
+    assert layout.ndevices_per_node == 8
+    assert set(layout.sources.values()) == {"default for npu (910b)", "default"}
+
+
+@pytest.mark.parametrize("device", ["gpu", "npu"])
+def test_the_smoke_profile_runs_everything_on_one_device(device: str) -> None:
+    # docs/smoke.md: the smoke profile is the whole stack on one device.
+    layout = resolve_layout(settings_of(PROFILE="smoke"), device, QWEN3_5_35B_A3B)  # type: ignore[arg-type]
+    assert (layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, layout.gen_tp, layout.world_size) == (1,) * 7
+    assert {name: source for name, source in layout.sources.items() if name != "NNODES"} == {
+        name: "smoke profile" for name in ("TP", "PP", "CP", "EP", "ETP", "GEN_TP", "NDEVICES_PER_NODE")
+    }
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_tp_that_divides_or_is_a_multiple_of_the_kv_heads_is_accepted(tp: int) -> None:
+    # Qwen3.5-35B-A3B has 2 KV heads: TP 1 divides them, 4 and 8 are multiples (Megatron replicates).
+    layout = resolve_layout(settings_of(TP=tp), "gpu", QWEN3_5_35B_A3B)
+    assert layout.tp == tp
+
+
+def _small_model(**overrides: int | None) -> ModelArchitecture:
+    """A small model's config.json numbers with `overrides` applied; None leaves the key out."""
+    config: dict[str, int | None] = {"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
+                                     "num_experts": 8, "moe_intermediate_size": 64, "linear_num_key_heads": 4,
+                                     "linear_num_value_heads": 8}
+    config.update(overrides)
+    return architecture_from_config({k: v for k, v in config.items() if v is not None}, "small")
+
+
+@pytest.mark.parametrize(
+    ("model_numbers", "tp", "problems"),
+    [
+        # Only the value heads fail to split: the line names the value heads.
+        ({"linear_num_key_heads": 4, "linear_num_value_heads": 6}, 4,
+         ["TP=4, CP=1: TP x CP = 4 must divide the model's 6 linear-attention value heads"]),
+        # A single linear-attention head cannot be split over two ranks either.
+        ({"linear_num_key_heads": 1, "linear_num_value_heads": 2}, 2,
+         ["TP=2, CP=1: TP x CP = 2 must divide the model's 1 linear-attention key heads"]),
+        # A model without linear attention (no such keys in config.json) has no such rule at any TP.
+        ({"linear_num_key_heads": None, "linear_num_value_heads": None}, 8, []),
+    ],
+    ids=["value-heads", "one-key-head", "no-linear-attention"],
+)
+def test_linear_attention_heads_are_checked_one_kind_at_a_time(
+    model_numbers: dict[str, int | None], tp: int, problems: list[str]
+) -> None:
+    values = {"TP": tp, "EP": 8, "GEN_TP": 8, "NDEVICES_PER_NODE": 8}
+    if problems:
+        with pytest.raises(RecipeConfigError) as caught:
+            resolve_layout(settings_of(**values), "gpu", _small_model(**model_numbers))
+        assert caught.value.problems == problems
+    else:
+        assert resolve_layout(settings_of(**values), "gpu", _small_model(**model_numbers)).tp == tp
+
+
+@pytest.mark.parametrize(
+    ("values", "problems"),
+    [
+        # CP counts in the dense product: 2 x 1 x 2 = 4 does not divide 14. The batch rule is left out,
+        # since no whole data-parallel size exists to name.
+        ({"TP": 2, "CP": 2, "EP": 2, "GEN_TP": 2, "NDEVICES_PER_NODE": 14},
+         ["TP=2, PP=1, CP=2: TP x PP x CP = 4 must divide the world size of 14 devices (NNODES=1 x NDEVICES_PER_NODE=14)"]),
+        # PP counts in the expert product: upstream's npu PP=2 with EP=8 needs 16 devices, not 8.
+        ({"PP": 2, "NDEVICES_PER_NODE": 8},
+         [f"EP=8, ETP=1, PP=2: EP x ETP x PP = 16 must divide the world size of {GPU_WORLD_8}"]),
+        # ETP counts in the expert product too: 4 x 2 = 8 does not divide 4.
+        ({"EP": 4, "ETP": 2, "GEN_TP": 4, "NDEVICES_PER_NODE": 4},
+         ["EP=4, ETP=2, PP=1: EP x ETP x PP = 8 must divide the world size of 4 devices (NNODES=1 x NDEVICES_PER_NODE=4)"]),
+    ],
+    ids=["cp-in-dense-product", "pp-in-expert-product", "etp-in-expert-product"],
+)
+def test_every_size_counts_in_the_products_that_must_divide_the_world(values: dict[str, object], problems: list[str]) -> None:
+    assert _problems(**values) == problems
+
+
+GEN_TP4_REFUSED = (
+    "GEN_TP=4: vllm-ascend fails to load Qwen3.5-35B-A3B with rollout TP 4 (an NZ-format matmul on a [2048, 1] "
+    "weight: vllm-ascend#10014, vllm-ascend#11621; verl's A3 settings moved to 8, verl#6972); use GEN_TP=8, or "
+    "set ALLOW_UPSTREAM_ISSUE=vllm-ascend#10014 to try a vllm-ascend that fixes it"
+)
+#: Qwen3.5-35B-A3B's text_config numbers as its config.json on the hub gives them, read under the path's name.
+QWEN_CONFIG = {"num_hidden_layers": 40, "num_attention_heads": 16, "num_key_value_heads": 2, "num_experts": 256,
+               "moe_intermediate_size": 512, "linear_num_key_heads": 16, "linear_num_value_heads": 32}
+
+
+@pytest.mark.parametrize(
+    "model",
+    [QWEN3_5_35B_A3B, architecture_from_config(QWEN_CONFIG, "/models/Qwen3.5-35B-A3B")],
+    ids=["built-in-profile", "read-from-config-json"],
+)
+def test_gen_tp_4_on_npu_is_refused_for_this_model_naming_the_upstream_issue(model: ModelArchitecture) -> None:
+    with pytest.raises(RecipeConfigError) as caught:
+        resolve_layout(settings_of(GEN_TP=4), "npu", model)
+    assert caught.value.problems == [GEN_TP4_REFUSED]
+
+
+@pytest.mark.parametrize(
+    ("device", "model", "values"),
+    [
+        # The user has read the issue and names it: let through.
+        ("npu", QWEN3_5_35B_A3B, {"ALLOW_UPSTREAM_ISSUE": "vllm-ascend#10014"}),
+        # vLLM on gpu loads it with TP 4.
+        ("gpu", QWEN3_5_35B_A3B, {}),
+        # Another model's numbers: the report is about Qwen3.5-35B-A3B only.
+        ("npu", architecture_from_config({**QWEN_CONFIG, "num_hidden_layers": 48}, "other"), {}),
+    ],
+    ids=["allowed", "gpu", "other-model"],
+)
+def test_gen_tp_4_is_accepted_where_the_upstream_failure_does_not_apply(
+    device: str, model: ModelArchitecture, values: dict[str, object]
+) -> None:
+    layout = resolve_layout(settings_of(GEN_TP=4, **values), device, model)  # type: ignore[arg-type]
+    assert layout.gen_tp == 4

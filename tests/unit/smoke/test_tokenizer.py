@@ -14,8 +14,10 @@ needs("tokenizers", install="needs tokenizers and transformers (the trainer extr
 needs("transformers", install="needs tokenizers and transformers (the trainer extra)")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def tokenizer() -> Any:
+    # Built per test (a few ms): a shared one would tie the build to the first test alone, and mutmut runs
+    # only the tests it saw reach a function against that function's mutants.
     from recipe.smoke.tokenizer import build_tokenizer
 
     return build_tokenizer()
@@ -32,7 +34,11 @@ def test_special_tokens_follow_the_bytes_in_qwens_order(tokenizer: Any) -> None:
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
 
 
-@pytest.mark.parametrize("text", ["What is 12 * 7?\n#### 84", "naïve — 数学 ∑ 🙂", " leading and  double  spaces "])
+@pytest.mark.parametrize(
+    "text",
+    # The last: transformers' clean-up would glue " ," and " 's" back together on decode.
+    ["What is 12 * 7?\n#### 84", "naïve — 数学 ∑ 🙂", " leading and  double  spaces ", "a , b . c 's d n't ?"],
+)
 def test_any_text_round_trips_with_one_id_per_byte(tokenizer: Any, text: str) -> None:
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert ids == list(text.encode("utf-8"))
@@ -67,3 +73,34 @@ def test_verls_system_prompt_probe_works(tokenizer: Any) -> None:
     """verl's agent loop renders one and two empty user turns to find the template's fixed prefix."""
     verl_chat = needs("verl.utils.tokenizer.chat_template", install="needs verl (the trainer extra)")
     assert verl_chat.initialize_system_prompt(tokenizer) == []
+
+
+def test_the_byte_alphabet_is_gpt2s(tokenizer: Any) -> None:
+    # The ByteLevel pre-tokenizer emits GPT-2's byte -> character table; the vocabulary must use the same one.
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    assert {char: byte for byte, char in bytes_to_unicode().items()} == {
+        char: byte for char, byte in tokenizer.get_vocab().items() if byte < 256
+    }
+
+
+def test_the_context_length_is_the_models(tokenizer: Any) -> None:
+    from recipe.smoke.tokenizer import shipped_model_config
+
+    assert tokenizer.model_max_length == shipped_model_config()["text_config"]["max_position_embeddings"]
+
+
+@pytest.mark.parametrize(("size", "reserved"), [(256 + len(QWEN_SPECIAL_TOKENS), 0), (256 + len(QWEN_SPECIAL_TOKENS) + 2, 2)])
+def test_reserved_tokens_fill_the_vocabulary_exactly(monkeypatch: pytest.MonkeyPatch, size: int, reserved: int) -> None:
+    from recipe.smoke import tokenizer as module
+
+    monkeypatch.setattr(module, "vocab_size", lambda: size)
+    assert special_tokens() == [*QWEN_SPECIAL_TOKENS, *(f"<|reserved_{i}|>" for i in range(reserved))]
+
+
+def test_a_vocabulary_too_small_for_the_special_tokens_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from recipe.smoke import tokenizer as module
+
+    monkeypatch.setattr(module, "vocab_size", lambda: 269)
+    with pytest.raises(ValueError, match=r"^vocab_size 269 is too small for 256 bytes and the special tokens$"):
+        special_tokens()

@@ -156,3 +156,98 @@ def test_in_a_ray_worker_the_json_safe_writer_is_installed(hooked_ray: Any) -> N
 
     written = hooked_ray.get(save_in_worker.remote(), timeout=RAY_TEST_TIMEOUT_S)
     assert written == {"num_layers": 4, "moe_aux_loss_coeff": "(0.01+0j)"}
+
+
+# --- Exact causes and choices, by direct calls (issue 27) -------------------------------------------
+
+
+def test_a_worker_configured_again_follows_the_latest_decision(allocator_calls: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ray may run the hook again in a reused worker: the guard wraps verl's own switch, never an earlier guard.
+    monkeypatch.setenv("RECIPE_EXPANDABLE_SEGMENTS", "0")
+    worker_setup.configure_worker()
+    monkeypatch.setenv("RECIPE_EXPANDABLE_SEGMENTS", "1")
+    worker_setup.configure_worker()
+    verl_device.set_expandable_segments(True)
+    assert allocator_calls == ["expandable_segments:True"]
+
+
+@pytest.mark.parametrize(("environment", "device"), [({}, "gpu"), ({"RECIPE_DEVICE": "npu"}, "npu")])
+def test_the_switch_is_on_unless_disabled_and_checked_for_the_workers_device(
+    allocator_calls: list[str], monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], device: str
+) -> None:
+    asked: list[str] = []
+    monkeypatch.delenv("RECIPE_DEVICE", raising=False)
+    monkeypatch.delenv("RECIPE_EXPANDABLE_SEGMENTS", raising=False)  # unset: on, verl's own default
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(worker_setup, "runtime_switch_unsupported", lambda d: asked.append(d))
+    worker_setup.configure_worker()
+    verl_device.set_expandable_segments(True)
+    assert (asked, allocator_calls) == ([device], ["expandable_segments:True"])
+
+
+def test_a_disabled_switch_is_not_checked_and_warns_nothing(
+    allocator_calls: list[str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("RECIPE_EXPANDABLE_SEGMENTS", "0")
+    monkeypatch.setattr(worker_setup, "runtime_switch_unsupported", lambda d: "would warn")
+    with caplog.at_level(logging.WARNING, logger="recipe.worker_setup"):
+        worker_setup.configure_worker()
+    assert caplog.messages == []
+
+
+def test_the_warning_names_the_cause_exactly_once(
+    allocator_calls: list[str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("RECIPE_EXPANDABLE_SEGMENTS", "1")
+    monkeypatch.setattr(worker_setup, "runtime_switch_unsupported", lambda d: "torch_npu is not installed")
+    with caplog.at_level(logging.WARNING, logger="recipe.worker_setup"):
+        worker_setup.configure_worker()
+        verl_device.set_expandable_segments(True)
+    assert caplog.messages == ["expandable segments stay off in this worker: torch_npu is not installed"]
+    assert allocator_calls == []
+
+
+def test_a_verl_without_the_switch_is_named_and_left_alone(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delattr(verl_device, "set_expandable_segments")
+    with caplog.at_level(logging.WARNING, logger="recipe.worker_setup"):
+        worker_setup.configure_worker()
+    assert not hasattr(verl_device, "set_expandable_segments")
+    assert caplog.messages == [
+        f"verl {worker_setup.metadata.version('verl')} has no verl.utils.device.set_expandable_segments; "
+        "the allocator switch is left as verl does it"
+    ]
+
+
+class _NpuMemory:
+    """torch.npu.memory of a torch_npu that can switch at run time."""
+
+    @staticmethod
+    def _set_allocator_settings(value: str) -> None:
+        """Stands in for the real setter."""
+
+
+@pytest.mark.parametrize(
+    ("version", "npu", "cause"),
+    [
+        # The first release with the setter, and the setter present: the switch works.
+        ("2.8.0.post2", type("npu", (), {"memory": _NpuMemory}), None),
+        ("2.8.0.post1", type("npu", (), {"memory": _NpuMemory}), "torch_npu 2.8.0.post1 lacks torch.npu.memory._set_allocator_settings (needs >= 2.8.0.post2)"),
+        # A new enough torch_npu that did not register torch.npu, or whose memory module lacks the setter.
+        ("2.9.0", None, f"torch {torch.__version__} lacks torch.npu.memory._set_allocator_settings"),
+        ("2.9.0", type("npu", (), {"memory": object()}), f"torch {torch.__version__} lacks torch.npu.memory._set_allocator_settings"),
+    ],
+)
+def test_the_npu_switch_needs_the_release_and_the_setter(
+    monkeypatch: pytest.MonkeyPatch, version: str, npu: Any, cause: str | None
+) -> None:
+    import sys
+    import types
+
+    monkeypatch.setattr(worker_setup.metadata, "version", lambda name: version)
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    if npu is None:
+        monkeypatch.delattr(torch, "npu", raising=False)
+    else:
+        monkeypatch.setattr(torch, "npu", npu, raising=False)
+    assert worker_setup.runtime_switch_unsupported("npu") == cause

@@ -171,7 +171,7 @@ def compiler_error(text: str) -> str:
     """The first `error:` line a C compiler printed, else its last line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if "error" in line.lower()]
-    return (errors or lines or [""])[0]
+    return errors[0] if errors else (lines or [""])[-1]
 
 
 def step_triton_launcher(out: Outcome) -> None:

@@ -1,0 +1,262 @@
+"""Settings' user-facing words: the exact error line of each rule, the redacted view, and every warning.
+
+A user greps logs for these lines, and `plan --json` prints `redacted()`: a changed word, a lost
+key or a value shown as `null` is a regression. Expectations are hand-written from the rules as
+the README and .env.example state them, never copied from the implementation's tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from recipe.errors import RecipeConfigError
+from recipe.settings import (
+    REDACTED,
+    Settings,
+    allow_drift_warnings,
+    env_file_problems,
+    load_settings,
+    near_miss_warnings,
+    path_component_problem,
+)
+
+from .envtools import HANG_GUARD_S
+
+ONE_COMPONENT = (
+    "must be a single path component (no '/', not '.' or '..', no NUL or control characters), "
+    "so that checkpoints stay inside CHECKPOINT_DIR"
+)
+
+
+def _problems(clean_env: pytest.MonkeyPatch, **values: str) -> list[str]:
+    """The error lines load_settings reports for these environment variables (they must be refused)."""
+    for name, value in values.items():
+        clean_env.setenv(name, value)
+    with pytest.raises(RecipeConfigError) as caught:
+        load_settings()
+    return caught.value.problems
+
+
+# --- names are one path component -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [
+        (".", True), ("..", True), ("a/b", True), ("/", True), ("a\x00b", True),
+        # Control characters other than NUL: a tab, an escape, DEL and a C1 control.
+        ("a\tb", True), ("esc\x1b[2J", True), ("a\x7fb", True), ("a\x9fb", True),
+        # Dots inside a name, or three of them, are a plain file name.
+        ("...", False), ("run.1", False), (".hidden", False), ("run-1_é", False), ("a\\b", False),
+    ],
+)  # fmt: skip
+def test_a_name_is_one_plain_path_component(value: str, refused: bool) -> None:
+    assert path_component_problem(value) == (ONE_COMPONENT if refused else None)
+
+
+@pytest.mark.parametrize("name", ["PROJECT_NAME", "EXPERIMENT_NAME"])
+@pytest.mark.parametrize("value", [".", "..", "a/b", "tab\there"])
+def test_a_name_that_leaves_checkpoint_dir_is_one_exact_line(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
+    assert _problems(clean_env, **{name: value}) == [f"{name}={value!r}: {ONE_COMPONENT}"]
+
+
+# --- the wording of each rule --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "rule"),
+    [
+        ("NODE_RANK", "-1", "must be at least 0"),
+        ("RAY_PORT", "0", "must be at least 1"),
+        ("RAY_PORT", "65536", "must be at most 65535"),
+        ("SEED", "-1", "must be at least 0"),
+        ("SEED", "2147483648", "must be at most 2147483647"),  # a seed is a signed 32-bit number
+        ("NNODES", "1.5", "must be a whole number"),
+        ("RAY_WAIT_TIMEOUT", "0", "must be a positive whole number"),
+        ("RAY_AUTH_MODE", "password", "must be one of 'token' or 'disabled'"),
+        ("PROFILE", "tiny", "must be one of 'full' or 'smoke'"),
+        ("EXPORT_STRICT", "strict", "must be true or false"),
+        ("TEST_FREQ", "-2", "must be a positive number of steps, or -1 to disable"),
+        ("DEVICE_MEMORY_GIB", "inf", "Input should be a finite number"),
+    ],
+)
+def test_each_rule_is_one_line_naming_the_variable_its_value_and_the_rule(
+    clean_env: pytest.MonkeyPatch, name: str, value: str, rule: str
+) -> None:
+    assert _problems(clean_env, **{name: value}) == [f"{name}={value!r}: {rule}"]
+
+
+@pytest.mark.parametrize(("name", "value"), [("SAVE_FREQ", "-1"), ("SAVE_FREQ", "1"), ("TEST_FREQ", "-1"), ("TEST_FREQ", "1")])
+def test_minus_one_disables_and_any_positive_frequency_is_taken(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
+    clean_env.setenv(name, value)
+    assert getattr(load_settings(), name.lower()) == int(value)
+
+
+def test_a_lower_case_variable_is_named_in_upper_case_with_its_value(clean_env: pytest.MonkeyPatch) -> None:
+    """pydantic-settings reads names case-insensitively; the error line still finds and quotes the value set."""
+    assert _problems(clean_env, ray_port="0") == ["RAY_PORT='0': must be at least 1"]
+
+
+# --- the redacted view (`plan --json`'s settings) -------------------------------------------------
+
+
+def test_the_redacted_view_names_every_setting_once_with_json_values(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("DATA_DIR", "/srv/data")
+    clean_env.setenv("MODEL_PATH", "/srv/model")
+    clean_env.setenv("HF_TOKEN", "hf_secret_value")
+    shown = load_settings().redacted()
+    assert set(shown) == {name.upper() for name in Settings.model_fields}
+    assert shown == json.loads(json.dumps(shown))  # only JSON's own types: paths are strings
+    assert shown["MODEL_PATH"] == "/srv/model" and shown["DATA_DIR"] == "/srv/data"
+    assert shown["CHECKPOINT_DIR"] == "/checkpoints"
+    # Unset data files show where they resolve to, not null.
+    assert shown["TRAIN_FILES"] == "/srv/data/geo3k/train.parquet"
+    assert shown["VAL_FILES"] == "/srv/data/geo3k/test.parquet"
+    # A set secret is masked; an unset one stays null, so that `plan --json` tells them apart.
+    assert (shown["HF_TOKEN"], shown["WANDB_API_KEY"], shown["RAY_AUTH_TOKEN"]) == (REDACTED, None, None)
+
+
+def test_data_files_the_user_set_are_shown_as_set(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("TRAIN_FILES", "/x/train.parquet")
+    clean_env.setenv("VAL_FILES", "/x/val.parquet")
+    shown = load_settings().redacted()
+    assert (shown["TRAIN_FILES"], shown["VAL_FILES"]) == ("/x/train.parquet", "/x/val.parquet")
+
+
+# --- near misses -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "others",
+    [
+        {"DEVICE": "gpu"},  # a setting
+        {"HF_HOME": "/cache"},  # a name a library reads
+        {"CUDA_HOME": "/usr/local/cuda"},  # another program's prefix
+        {"DEVICE_ID": "0"},  # another program's name
+        {"Path": "/bin"},  # not upper case
+    ],
+    ids=["setting", "library-name", "foreign-prefix", "foreign-name", "lower-case"],
+)
+def test_a_typo_is_named_whatever_else_the_environment_holds(others: dict[str, str]) -> None:
+    # Each of these sorts before the typo, and is passed over without ending the scan.
+    assert near_miss_warnings({**others, "TPP": "2", "WANDB_PROJET": "p"}) == [
+        "TPP is not a setting (ignored); did you mean TP?",
+        "WANDB_PROJET is read by no library of the images (ignored); did you mean WANDB_PROJECT, which wandb reads?",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("typo", "warning"),
+    [
+        # A name read by several libraries lists them all, in one sentence with a plural verb.
+        ("HF_ENDPONT", "did you mean HF_ENDPOINT, which datasets, huggingface_hub read?"),
+        ("HCCL_DETERMINISTC", "did you mean HCCL_DETERMINISTIC, which torch_npu, vllm_ascend read?"),
+        ("NCCL_DEBG", "did you mean NCCL_DEBUG, which nvidia_nccl_cu13 reads?"),
+        # A slip in the prefix leaves the family; the name's unchanged end still finds it.
+        ("HCL_EXEC_TIMEOUT", "did you mean HCCL_EXEC_TIMEOUT, which torch_npu reads?"),
+        ("WANDBB_PROJECT", "did you mean WANDB_PROJECT, which wandb reads?"),
+    ],
+)
+def test_a_typo_of_a_library_variable_names_the_libraries_that_read_it(typo: str, warning: str) -> None:
+    assert near_miss_warnings({typo: "1"}) == [f"{typo} is read by no library of the images (ignored); {warning}"]
+
+
+def test_a_name_far_from_every_known_one_never_warns() -> None:
+    # Same last four letters as HCCL_EXEC_TIMEOUT, but nothing else alike.
+    assert near_miss_warnings({"ZZZZ_EXEC_TIMEOUT": "1", "MY_OWN_VARIABLE": "1"}) == []
+
+
+# --- ALLOW_DRIFT's fields ----------------------------------------------------------------------------
+
+
+def test_an_allow_drift_field_close_to_a_known_one_is_named_once() -> None:
+    known = ["TRAIN_FILES", "VAL_FILES", "MODEL_PATH", "TP"]
+    assert allow_drift_warnings(["TRAIN_FILE", "TP", "MY_LR", "VAL_FILE"], known) == [
+        "ALLOW_DRIFT names TRAIN_FILE, which is no field a record compares; did you mean TRAIN_FILES?",
+        "ALLOW_DRIFT names VAL_FILE, which is no field a record compares; did you mean VAL_FILES?",
+    ]
+
+
+@pytest.mark.parametrize("field", ["TRAIN_FILES", "TP"])
+def test_a_known_allow_drift_field_never_warns(field: str) -> None:
+    assert allow_drift_warnings([field], ["TRAIN_FILES", "TRAIN_FILESS", "TP", "TPP"]) == []
+
+
+def test_a_field_only_loosely_like_a_known_one_never_warns() -> None:
+    # difflib's ratio of TRAIN and TRAIN_FILES is 0.625, under the 0.8 a typo needs.
+    assert allow_drift_warnings(["TRAIN"], ["TRAIN_FILES"]) == []
+
+
+# --- the .env file ----------------------------------------------------------------------------------
+
+
+def _blanks(path: Path, number: int, name: str) -> str:
+    return (
+        f"{path}:{number}: {name}: blanks around `=` (bash runs {name} as a command and "
+        f"Compose reads another name); write {name}=value"
+    )
+
+
+def test_each_env_line_with_blanks_around_the_equals_sign_is_named_with_its_line_number(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "TP = 4\n"
+        "EP=8\n"
+        "# PP = 2 is only a comment\n"
+        "   # CP = 2 an indented comment\n"
+        "export GEN_TP =8\n"
+        "  NNODES= 2\n"
+        "lower_case = 1\n"
+        "NAME=a = b\n"
+        "\n"
+    )
+    assert env_file_problems(env_file) == [
+        _blanks(env_file, 1, "TP"), _blanks(env_file, 5, "GEN_TP"), _blanks(env_file, 6, "NNODES"),
+        _blanks(env_file, 7, "lower_case"),
+    ]  # fmt: skip
+
+
+def test_an_env_file_that_is_not_utf_8_is_still_checked(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_bytes(b"# caf\xe9 in latin-1\nTP = 4\n")
+    assert env_file_problems(env_file) == [_blanks(env_file, 2, "TP")]
+
+
+def test_an_env_file_of_up_to_one_mib_is_read_and_a_larger_one_is_not(tmp_path: Path) -> None:
+    bad = b"TP = 4\n"
+    at_limit, over = tmp_path / "at-limit.env", tmp_path / "over.env"
+    at_limit.write_bytes(bad + b"#" * ((1 << 20) - len(bad)))
+    over.write_bytes(bad + b"#" * ((1 << 20) - len(bad) + 1))
+    assert env_file_problems(at_limit) == [_blanks(at_limit, 1, "TP")]
+    assert env_file_problems(over) == []
+
+
+def test_no_env_file_or_a_directory_is_no_problem(tmp_path: Path) -> None:
+    (tmp_path / "dir.env").mkdir()
+    assert env_file_problems(tmp_path / "missing.env") == [] and env_file_problems(tmp_path / "dir.env") == []
+
+
+def test_an_env_file_that_is_a_fifo_is_never_opened(tmp_path: Path) -> None:
+    """Opening a FIFO would block plan until someone writes to it; plan reads only regular files."""
+    fifo = tmp_path / ".env"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "w", encoding="utf-8") as writer:  # waits for a reader: the check, if it opened the FIFO
+            writer.write("TP = 4\n")
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        problems = env_file_problems(fifo)
+    finally:
+        # Let the writer finish if the check left it waiting (a non-blocking reader opens at once).
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        writer.join(timeout=HANG_GUARD_S)
+        os.close(reader)
+    assert problems == []

@@ -188,6 +188,8 @@ def test_megatron_without_transformer_engine_fails_naming_why(megatron: Any, mon
     package.mkdir()
     (package / "pytorch.py").write_text("raise ImportError('libtransformer_engine.so: undefined symbol: cudaGetDriverEntryPoint')\n")
     monkeypatch.setitem(sys.modules, "transformer_engine", module("transformer_engine", __path__=[str(package)]))
+    # An earlier import of the real one (by another test) would otherwise answer from sys.modules.
+    monkeypatch.delitem(sys.modules, "transformer_engine.pytorch", raising=False)
     assert run_check(probe.step_transformer_engine) == (
         "fail", ("megatron.core HAVE_TE is False: Megatron falls back to local layers silently (import "
         "transformer_engine.pytorch: ImportError: libtransformer_engine.so: undefined symbol: cudaGetDriverEntryPoint)")
@@ -577,32 +579,36 @@ def test_a_matmul_per_device_on_the_cpu() -> None:
     probe.multi_matmul(Events(stream), "matmul", 60.0, "cpu")
     ends = [(e["name"], e["status"], e["reason"]) for e in events_of(stream) if e["event"] == "end"]
     assert ends == [("matmul:cpu:0", "ok", "512x512 float32 matmul correct")]
-    assert [e["timeout_s"] for e in events_of(stream) if e["event"] == "start"] == [60.0]
+    # Each device's check names its step: the parent files the result under it.
+    assert [(e["event"], e["step"], e.get("timeout_s")) for e in events_of(stream)] == [("start", "matmul", 60.0), ("end", "matmul", None)]
 
 
-def test_a_wrong_product_or_an_error_fails_that_devices_check_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wrong_product_or_an_error_fails_that_devices_check_only(node: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three GPUs (this CPU torch computes what they would): the second raises, the others compute wrong."""
+    accelerator = node(Accelerator(["NVIDIA H200"] * 3), "cuda")
     real_ones = torch.ones
-    made: list[int] = []
+    made: list[torch.device] = []
 
-    def ones(*size: int, device: Any = None) -> torch.Tensor:
-        made.append(device.index)
+    def ones(*size: int, device: torch.device) -> torch.Tensor:
+        made.append(device)
         if device.index == 1:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        tensor = real_ones(*size, device="cpu")
+        tensor = real_ones(*size)
         tensor[0] = 0  # one bad row: every entry of the product is off
         return tensor
 
-    monkeypatch.setattr(probe, "device_count", lambda device_type: 3)
     monkeypatch.setattr(torch, "ones", ones)
     stream = io.StringIO()
-    probe.multi_matmul(Events(stream), "matmul", 60.0, "cpu")
+    probe.multi_matmul(Events(stream), "matmul", 60.0, "cuda")
     ends = [(e["name"], e["status"], e["reason"]) for e in events_of(stream) if e["event"] == "end"]
     assert ends == [
-        ("matmul:cpu:0", "fail", "262144 of 262144 entries wrong in a 512^2 matmul"),
-        ("matmul:cpu:1", "fail", "RuntimeError: CUDA error: an illegal memory access was encountered"),
-        ("matmul:cpu:2", "fail", "262144 of 262144 entries wrong in a 512^2 matmul"),
+        ("matmul:cuda:0", "fail", "262144 of 262144 entries wrong in a 512^2 matmul"),
+        ("matmul:cuda:1", "fail", "RuntimeError: CUDA error: an illegal memory access was encountered"),
+        ("matmul:cuda:2", "fail", "262144 of 262144 entries wrong in a 512^2 matmul"),
     ]
-    assert made == [0, 1, 2]
+    assert made == [torch.device("cuda", index) for index in range(3)]
+    # Each product is read only after its own device is done.
+    assert accelerator.calls == [("synchronize", 0), ("synchronize", 2)]
 
 
 def test_expandable_segments_are_read_from_the_allocators_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -641,10 +647,32 @@ def test_expandable_segments_are_switched_on_and_off_at_run_time(
     assert seen == [("cpu", 0), ("cpu", 0)]
 
 
+def test_on_a_device_each_way_allocates_64_mib_on_device_0_and_waits_for_it(node: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    accelerator = node(Accelerator(["NVIDIA H200"]), "cuda")
+    allocated: list[tuple[int, torch.dtype, torch.device]] = []
+    real_empty = torch.empty
+
+    def empty(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        allocated.append((size, dtype, device))
+        return real_empty(0, dtype=dtype)  # this CPU torch stands in; nothing to fill
+
+    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(probe, "_segments_expandable", lambda device_type, index: {True})
+    assert run_check(probe.step_expandable_segments, "cuda") == (
+        "ok", "switched on and off at run time on cuda:0, 64 MiB allocated each way"
+    )
+    assert allocated == [(64 << 20, torch.uint8, torch.device("cuda", 0))] * 2
+    assert accelerator.calls == ["empty_cache", ("switch", "expandable_segments:True"), ("synchronize", 0), "empty_cache",
+                                 ("switch", "expandable_segments:False"), ("synchronize", 0), "empty_cache"]  # fmt: skip
+
+
 def test_expandable_segments_fail_where_the_switch_does_not_exist_and_free_the_cache(node: Any) -> None:
     accelerator = node(Accelerator(["cpu"]), "cuda", "cpu")
     accelerator.memory = types.SimpleNamespace()
     assert run_check(probe.step_expandable_segments, "cuda") == ("fail", "torch.cuda.memory._set_allocator_settings does not exist")
+    node(types.SimpleNamespace(device_count=lambda: 1), "npu")  # a torch.npu without a memory module at all
+    assert run_check(probe.step_expandable_segments, "npu") == ("fail", "torch.npu.memory._set_allocator_settings does not exist")
+    accelerator = node(accelerator, "cuda", "cpu")
 
     def refuse(value: str) -> None:
         raise RuntimeError("Unrecognized CachingAllocator option: expandable_segments")
@@ -728,10 +756,12 @@ def test_steps_run_in_order_each_reported(monkeypatch: pytest.MonkeyPatch) -> No
         {"step": "matmul", "kind": "matmul", "args": {"device_type": "cpu"}, "timeout_s": 7.0},
         {"step": "bare", "kind": "doctor_no_args", "timeout_s": 2.0},
     ], Events(stream))  # fmt: skip
-    assert [(e["event"], e["name"], e.get("status"), e.get("reason"), e.get("timeout_s")) for e in events_of(stream)] == [
-        ("start", "import:json", None, None, 5.0), ("end", "import:json", "ok", "json: import json", None),
-        ("start", "matmul:cpu:0", None, None, 7.0), ("end", "matmul:cpu:0", "ok", "512x512 float32 matmul correct", None),
-        ("start", "bare", None, None, 2.0), ("end", "bare", "ok", "no arguments needed", None),
+    assert [(e["event"], e["step"], e["name"], e.get("status"), e.get("reason"), e.get("timeout_s")) for e in events_of(stream)] == [
+        ("start", "import:json", "import:json", None, None, 5.0),
+        ("end", "import:json", "import:json", "ok", "json: import json", None),
+        ("start", "matmul", "matmul:cpu:0", None, None, 7.0),
+        ("end", "matmul", "matmul:cpu:0", "ok", "512x512 float32 matmul correct", None),
+        ("start", "bare", "bare", None, None, 2.0), ("end", "bare", "bare", "ok", "no arguments needed", None),
     ]  # fmt: skip
 
 

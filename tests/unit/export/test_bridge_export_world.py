@@ -17,8 +17,14 @@ from recipe.export.bridge_export import ExportError, one_process_world
 
 @pytest.fixture
 def no_master(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MASTER_ADDR", raising=False)
-    monkeypatch.delenv("MASTER_PORT", raising=False)
+    """MASTER_ADDR/MASTER_PORT unset, and whatever the export sets removed afterwards.
+
+    setenv first: delenv of an unset variable records nothing to undo, so the values the world sets
+    would leak into later tests (settings read MASTER_ADDR).
+    """
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
 
 
 def test_the_world_is_one_gloo_process_with_megatron_state_and_is_gone_after(

@@ -12,6 +12,7 @@ Two things this machine lacks are supplied, and nothing else is changed:
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
 import subprocess
@@ -124,3 +125,22 @@ def recorded(tmp: Path) -> dict[str, Any] | None:
     """What the stand-in trainer was given, or None when it never ran."""
     path = tmp / "record.json"
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+class PipedStdout(io.StringIO):
+    """stdout as `docker logs` or a CI job sees it (a pipe, block-buffered): what is written but not yet flushed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unflushed = ""
+
+    def write(self, text: str) -> int:
+        self.unflushed += text
+        return super().write(text)
+
+    def flush(self) -> None:
+        self.unflushed = ""
+        super().flush()
+
+    def isatty(self) -> bool:
+        return False

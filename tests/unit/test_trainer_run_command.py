@@ -12,7 +12,6 @@ a recording function (test_trainer_supervision.py tests the real one). test_run_
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import logging
 import os
@@ -32,28 +31,10 @@ from recipe.run import preflight, trainer
 from recipe.run.trainer import EXIT_SMOKE_FAILED, _export_watcher, run_command
 from recipe.smoke.verdict import Check, Verdict
 from tests.unit.envtools import HANG_GUARD_S, settings_of
+from tests.unit.runtools import PipedStdout
 
 ONE_DEVICE = {"DEVICE": "gpu", "NDEVICES_PER_NODE": "1", "TP": "1", "PP": "1", "CP": "1", "EP": "1", "ETP": "1",
               "GEN_TP": "1", "PROJECT_NAME": "p", "EXPERIMENT_NAME": "e"}  # fmt: skip
-
-
-class PipedStdout(io.StringIO):
-    """stdout as `docker logs` or a CI job sees it (a pipe, block-buffered): what is written but not yet flushed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.unflushed = ""
-
-    def write(self, text: str) -> int:
-        self.unflushed += text
-        return super().write(text)
-
-    def flush(self) -> None:
-        self.unflushed = ""
-        super().flush()
-
-    def isatty(self) -> bool:
-        return False
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ are `sh` one-liners, each started in a few milliseconds; test_run_command.py doe
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
 import os
 import shlex
@@ -29,27 +28,9 @@ from recipe.run.trainer import (
     execute,
 )
 from tests.unit.envtools import HANG_GUARD_S, settings_of
+from tests.unit.runtools import PipedStdout
 
 SH = "/bin/sh"
-
-
-class PipedStdout(io.StringIO):
-    """stdout as `docker logs` or a CI job sees it (a pipe, block-buffered): what is written but not yet flushed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.unflushed = ""
-
-    def write(self, text: str) -> int:
-        self.unflushed += text
-        return super().write(text)
-
-    def flush(self) -> None:
-        self.unflushed = ""
-        super().flush()
-
-    def isatty(self) -> bool:
-        return False
 
 
 def _env(**extra: str) -> dict[str, str]:

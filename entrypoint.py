@@ -1,9 +1,7 @@
 #!/usr/bin/env python3
-"""Container and command-line entrypoint: hands argv to `recipe.cli.main`."""
+"""Container and command-line entrypoint: hands argv to `recipe.cli.main` (through `console_main`)."""
 
-import sys
-
-from recipe.cli import main
+from recipe.cli import console_main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    console_main()

@@ -84,6 +84,8 @@ MODULES = {
     "model_sizes": [f"{U}/test_model_sizes.py"],
     "models": [f"{U}/test_models.py", f"{U}/test_layout.py"],
     "plan": [f"{U}/test_plan_orchestration.py"],
+    # Its subprocess tests (the entry points, a pytest of its own) are not traced; the in-process ones are.
+    "process_exit": [f"{U}/test_process_exit.py"],
     "provenance": [f"{E}/test_provenance_record.py", f"{E}/test_provenance_drift.py"],
     "record_file": [f"{E}/test_record_file.py", f"{E}/test_record_hostile.py"],
     "run/preflight": [f"{U}/test_preflight_checks.py"],

@@ -1,7 +1,5 @@
 """`python -m recipe`: the same command line as entrypoint.py and the `grpo-recipe` script."""
 
-import sys
+from recipe.cli import console_main
 
-from recipe.cli import main
-
-sys.exit(main())
+console_main()

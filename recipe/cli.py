@@ -35,6 +35,7 @@ from recipe.export.report import printable
 from recipe.help import add_command
 from recipe.launch import checkpoint_root
 from recipe.plan import Plan, build_plan
+from recipe.process_exit import run_program
 from recipe.provenance import DRIFT_FIELDS
 from recipe.replay import add_replay_parser, run_replay
 from recipe.run.trainer import run_command
@@ -166,6 +167,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_CONFIG
 
+
+
+def console_main() -> NoReturn:
+    """The program's start (entrypoint.py, `python -m recipe`, the `grpo-recipe` script): main's code is the exit status.
+
+    It stays so where a Ray driver ran in this process (recipe.process_exit).
+    """
+    run_program(main)
 
 def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if args.command == "doctor":

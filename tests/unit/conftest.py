@@ -1,4 +1,5 @@
-"""Shared fixtures for the unit tests, and CI's rule that a skip here is a failure (tests/support/skip_policy.py)."""
+"""Shared fixtures for the unit tests, CI's rule that a skip here is a failure (tests/support/skip_policy.py), and
+pytest's end after the Ray tests (tests/support/process_end.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Iterator
 import pytest
 
 from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
+from tests.support.process_end import pytest_sessionstart, pytest_unconfigure  # noqa: F401  (Ray's threads at exit)
 import tests.support.hypothesis_profile  # noqa: F401  (no deadline: a verdict never depends on the clock)
 
 from .envtools import clear_settings

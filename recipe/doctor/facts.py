@@ -54,6 +54,14 @@ def image_info_dir(environ: Mapping[str, str]) -> Path:
     return Path(environ.get(IMAGE_INFO_VARIABLE) or IMAGE_INFO_DIR)
 
 
+def _is_folder(path: Path) -> bool:
+    """Path.is_dir, where a path the OS refuses to look at (too long: ENAMETOOLONG; EACCES) is no folder either."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def read_labels(directory: Path) -> tuple[dict[str, str], list[str]] | None:
     """Labels from directory/labels.d/*.labels (`key=value` lines, `#` comments); None outside an image.
 
@@ -61,7 +69,7 @@ def read_labels(directory: Path) -> tuple[dict[str, str], list[str]] | None:
     stage overrides its base's label. The second item lists the files read.
     """
     folder = directory / "labels.d"
-    if not folder.is_dir():
+    if not _is_folder(folder):
         return None
     labels: dict[str, str] = {}
     files = sorted(folder.glob("*.labels"))
@@ -81,10 +89,12 @@ def read_labels(directory: Path) -> tuple[dict[str, str], list[str]] | None:
 def lock_digests(directory: Path) -> dict[str, str]:
     """sha256 of each lock file an image carries (name -> hex digest)."""
     digests = {}
-    if directory.is_dir():
+    if _is_folder(directory):
         for path in sorted(directory.glob("*.lock")):
-            if path.is_file():
+            try:
                 digests[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:  # a folder named *.lock, or unreadable: left out (doctor prints the locks it found)
+                continue
     return digests
 
 

@@ -18,6 +18,8 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recipe.doctor import facts
 
@@ -119,6 +121,24 @@ def test_each_lock_file_is_reported_with_its_sha256(tmp_path: Path) -> None:
     assert list(facts.lock_digests(tmp_path)) == ["a.lock", "requirements.lock"]
     assert facts.lock_digests(tmp_path / "absent") == {}
 
+
+
+def test_a_path_the_os_refuses_to_look_at_is_no_image(tmp_path: Path) -> None:
+    """A folder name past NAME_MAX (ENAMETOOLONG from stat): no labels, no locks, as outside an image."""
+    too_long = tmp_path / ("x" * 300)
+    assert facts.read_labels(too_long) is None
+    assert facts.lock_digests(too_long) == {}
+
+
+@settings(max_examples=200)
+@given(value=st.text(max_size=600) | st.builds(lambda n: "/" + "d" * n, st.integers(200, 5000)))
+def test_any_image_info_dir_gives_image_facts_never_an_exception(value: str) -> None:
+    """RECIPE_IMAGE_INFO_DIR is read from the environment by plan, run and doctor: whatever it holds, the facts come back."""
+    from recipe.provenance import image_facts
+
+    found = image_facts({facts.IMAGE_INFO_VARIABLE: value})
+    assert set(found) == {"labels", "locks"}
+    assert found["labels"] is None or isinstance(found["labels"], dict)
 
 # --- versions, Python, user -------------------------------------------------------------------
 

@@ -369,6 +369,26 @@ def _literal(key: str, text: str | None) -> Any:
     raise EstimateSkipped(f"{key}={text!r} is not a literal {'true/false' if isinstance(default, bool) else 'number'}")
 
 
+#: verl's per-sequence lengths, in tokens.
+LENGTH_KEYS = ("data.max_prompt_length", "data.max_response_length")
+
+
+def length_problems(overrides: Sequence[str]) -> list[str]:
+    """Each literal sequence length in OVERRIDES that no sequence can have (a fraction, or below one token), named.
+
+    A value that is not a literal number (an interpolation) is left to the estimate, which says it skipped.
+    """
+    problems = []
+    for key in LENGTH_KEYS:
+        text = override_value(overrides, key)
+        try:
+            number = float(text) if text is not None else None
+        except ValueError:
+            continue
+        if number is not None and not (math.isfinite(number) and number >= 1 and number.is_integer()):
+            problems.append(f"{key}={text}: a sequence length is a whole number of tokens, at least 1")
+    return problems
+
 def workload_from_overrides(overrides: Sequence[str]) -> Workload:
     """The Workload of a plan, from its final overrides (verl's defaults for keys they leave out)."""
     value = {key: _literal(key, override_value(overrides, key)) for key in WORKLOAD_DEFAULTS}

@@ -29,7 +29,14 @@ from recipe.launch import (
     trainer_argv,
 )
 from recipe.layout import ParallelLayout, resolve_layout
-from recipe.memory_fit import EstimateSkipped, MemoryEstimate, device_memory, estimate, workload_from_overrides
+from recipe.memory_fit import (
+    EstimateSkipped,
+    MemoryEstimate,
+    device_memory,
+    estimate,
+    length_problems,
+    workload_from_overrides,
+)
 from recipe.models import ModelSource, load_architecture
 from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
@@ -184,7 +191,13 @@ def build_plan(
     verl_check = check_verl_config(recipe_overrides, overrides, accepted) if accepted else VerlConfigCheck([])
     problems += verl_check.problems
     problems += _checkpoint_root_problems(settings, overrides) + _data_file_problems(settings)
-    memory, memory_skipped = _memory_estimate(settings, device.name, chip, model, layout, overrides)
+    # A refused length would make the estimate divide by a sequence of no tokens: the refusal is the answer.
+    refused_lengths = length_problems(overrides)
+    problems += refused_lengths
+    memory, memory_skipped = (
+        (None, "the sequence lengths are refused") if refused_lengths
+        else _memory_estimate(settings, device.name, chip, model, layout, overrides)
+    )
     if memory:
         problems += memory.problems()
     if problems:

@@ -1,0 +1,94 @@
+"""Sequence lengths after `--`: a length no sequence can have is refused by name, never a crash of the estimate.
+
+`data.max_prompt_length=0 data.max_response_length=0` on a model without DeltaNet layers made the memory estimate
+divide by a sequence of no tokens: `plan` ended in a ZeroDivisionError traceback. The class: any literal length
+below one whole token.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from recipe.errors import RecipeConfigError
+from recipe.memory_fit import LENGTH_KEYS, length_problems
+from recipe import plan as plan_module
+from recipe.plan import build_plan
+from recipe.smoke import shipped_model_dir
+from recipe.verl_config import VerlConfigCheck
+
+from .envtools import settings_of
+
+RULE = "a sequence length is a whole number of tokens, at least 1"
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "-1", "512.5", "nan", "inf", "-inf", "1e400", "0e3"])
+@pytest.mark.parametrize("key", LENGTH_KEYS)
+def test_a_length_below_one_whole_token_is_named_with_the_rule(key: str, value: str) -> None:
+    assert length_problems([f"{key}=512", f"{key}={value}"]) == [f"{key}={value}: {RULE}"]  # the last one counts
+
+
+@pytest.mark.parametrize("value", ["1", "512", "512.0", "1e3", "${oc.env:PROMPT_LENGTH}", "abc"])
+@pytest.mark.parametrize("key", LENGTH_KEYS)
+def test_a_whole_length_or_one_that_is_no_literal_is_not_refused_here(key: str, value: str) -> None:
+    """Not a literal number: the estimate says it skipped, as for every other workload value."""
+    assert length_problems([f"{key}={value}"]) == []
+
+
+def test_lengths_left_to_verls_defaults_are_not_refused() -> None:
+    assert length_problems([]) == []
+    assert length_problems(["trainer.total_epochs=0"]) == []
+
+
+def test_both_lengths_are_named_in_argv_order_of_the_keys() -> None:
+    assert length_problems(["data.max_response_length=0", "data.max_prompt_length=0"]) == [
+        f"data.max_prompt_length=0: {RULE}",
+        f"data.max_response_length=0: {RULE}",
+    ]
+
+
+@pytest.fixture
+def attention_only_model(tmp_path: Path) -> Path:
+    """The smoke model with full attention in every layer: no DeltaNet state, so a sequence's size is its tokens only."""
+    directory = tmp_path / "model"
+    directory.mkdir()
+    config = json.loads((shipped_model_dir() / "config.json").read_text())
+    config["text_config"]["full_attention_interval"] = 1
+    (directory / "config.json").write_text(json.dumps(config))
+    shutil.copy(shipped_model_dir() / "config.json", directory / "original.json")
+    return directory
+
+
+LENGTHS = st.one_of(st.integers(-3, 4096).map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr),
+                    st.sampled_from(["0", "0.0", "1", "-0", "1e400"]))
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompt=LENGTHS, response=LENGTHS)
+def test_plan_refuses_bad_lengths_by_name_and_estimates_the_rest(attention_only_model: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch, prompt: str,
+                                                                  response: str) -> None:
+    """Whatever literal lengths are passed, the plan either refuses naming each bad one, or estimates a finite fit.
+
+    verl's composition of the overrides (about a second each, tested in its own files) is left out.
+    """
+    monkeypatch.setattr(plan_module, "check_verl_config", lambda *args: VerlConfigCheck([]))
+    chosen = settings_of(DEVICE="gpu", MODEL_PATH=str(attention_only_model), CHECKPOINT_DIR=str(tmp_path / "ck"),
+                         TP=1, GEN_TP=1, EP=1, NDEVICES_PER_NODE=1, DEVICE_MEMORY_GIB=4096)
+    overrides = [f"data.max_prompt_length={prompt}", f"data.max_response_length={response}"]
+    bad = {key for key, text in zip(LENGTH_KEYS, (prompt, response))
+           if not (math.isfinite(float(text)) and float(text) >= 1 and float(text).is_integer())}
+    try:
+        plan = build_plan(chosen, {}, overrides)
+    except RecipeConfigError as refused:
+        named = {key for key in LENGTH_KEYS for line in refused.problems if line.startswith(f"{key}=") and RULE in line}
+        assert named == bad, refused.problems
+        return
+    assert not bad
+    assert plan.memory is not None and math.isfinite(plan.memory.kv_sequences)

@@ -194,10 +194,9 @@ def build_plan(
     # A refused length would make the estimate divide by a sequence of no tokens: the refusal is the answer.
     refused_lengths = length_problems(overrides)
     problems += refused_lengths
-    memory, memory_skipped = (
-        (None, "the sequence lengths are refused") if refused_lengths
-        else _memory_estimate(settings, device.name, chip, model, layout, overrides)
-    )
+    memory, memory_skipped = None, None
+    if not refused_lengths:
+        memory, memory_skipped = _memory_estimate(settings, device.name, chip, model, layout, overrides)
     if memory:
         problems += memory.problems()
     if problems:

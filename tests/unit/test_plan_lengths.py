@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from recipe.errors import RecipeConfigError
@@ -46,6 +45,12 @@ def test_lengths_left_to_verls_defaults_are_not_refused() -> None:
     assert length_problems(["trainer.total_epochs=0"]) == []
 
 
+def test_a_length_that_is_no_literal_does_not_hide_the_other() -> None:
+    assert length_problems(["data.max_prompt_length=${oc.env:PROMPT_LENGTH}", "data.max_response_length=0"]) == [
+        f"data.max_response_length=0: {RULE}"
+    ]
+
+
 def test_both_lengths_are_named_in_argv_order_of_the_keys() -> None:
     assert length_problems(["data.max_response_length=0", "data.max_prompt_length=0"]) == [
         f"data.max_prompt_length=0: {RULE}",
@@ -59,9 +64,10 @@ def attention_only_model(tmp_path: Path) -> Path:
     directory = tmp_path / "model"
     directory.mkdir()
     config = json.loads((shipped_model_dir() / "config.json").read_text())
-    config["text_config"]["full_attention_interval"] = 1
+    text = config["text_config"]
+    text["full_attention_interval"] = 1
+    text["layer_types"] = ["full_attention"] * text["num_hidden_layers"]
     (directory / "config.json").write_text(json.dumps(config))
-    shutil.copy(shipped_model_dir() / "config.json", directory / "original.json")
     return directory
 
 
@@ -71,6 +77,8 @@ LENGTHS = st.one_of(st.integers(-3, 4096).map(str), st.floats(allow_nan=True, al
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=LENGTHS, response=LENGTHS)
+@example(prompt="0", response="0")  # the ZeroDivisionError first reported
+@example(prompt="-3", response="3")  # no tokens in all, though one length is whole
 def test_plan_refuses_bad_lengths_by_name_and_estimates_the_rest(attention_only_model: Path, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch, prompt: str,
                                                                   response: str) -> None:

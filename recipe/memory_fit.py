@@ -20,7 +20,6 @@ does not count, and the sources, are in docs/memory.md.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -345,6 +344,10 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: The largest number the estimate reads: past it (1e308 say) its integer arithmetic overflows a float.
+MAX_LITERAL = 2**31 - 1
+
+
 class EstimateSkipped(ValueError):
     """A value the estimate needs is not a literal number in the plan (an interpolation, say)."""
 
@@ -364,9 +367,10 @@ def _literal(key: str, text: str | None) -> Any:
             number = float(text)
         except ValueError:
             number = None
-        if number is not None and math.isfinite(number) and number >= 0:
+        if number is not None and 0 <= number <= MAX_LITERAL:
             return number
-    raise EstimateSkipped(f"{key}={text!r} is not a literal {'true/false' if isinstance(default, bool) else 'number'}")
+    wanted = "true/false" if isinstance(default, bool) else f"number from 0 to {MAX_LITERAL}"
+    raise EstimateSkipped(f"{key}={text!r} is not a literal {wanted}")
 
 
 #: verl's per-sequence lengths, in tokens.
@@ -374,7 +378,7 @@ LENGTH_KEYS = ("data.max_prompt_length", "data.max_response_length")
 
 
 def length_problems(overrides: Sequence[str]) -> list[str]:
-    """Each literal sequence length in OVERRIDES that no sequence can have (a fraction, or below one token), named.
+    """Each literal sequence length in OVERRIDES that no sequence can have (a fraction, or out of range), named.
 
     A value that is not a literal number (an interpolation) is left to the estimate, which says it skipped.
     """
@@ -385,8 +389,8 @@ def length_problems(overrides: Sequence[str]) -> list[str]:
             number = float(text) if text is not None else None
         except ValueError:
             continue
-        if number is not None and not (math.isfinite(number) and number >= 1 and number.is_integer()):
-            problems.append(f"{key}={text}: a sequence length is a whole number of tokens, at least 1")
+        if number is not None and not (1 <= number <= MAX_LITERAL and number.is_integer()):
+            problems.append(f"{key}={text}: a sequence length is a whole number of tokens, from 1 to {MAX_LITERAL}")
     return problems
 
 def workload_from_overrides(overrides: Sequence[str]) -> Workload:

@@ -1,8 +1,8 @@
-"""Sequence lengths after `--`: a length no sequence can have is refused by name, never a crash of the estimate.
+"""The numbers the memory estimate reads, after `--`: refused by name (the lengths), skipped with why, never a crash.
 
 `data.max_prompt_length=0 data.max_response_length=0` on a model without DeltaNet layers made the memory estimate
-divide by a sequence of no tokens: `plan` ended in a ZeroDivisionError traceback. The class: any literal length
-below one whole token.
+divide by a sequence of no tokens: `plan` ended in a ZeroDivisionError traceback; lengths near 1e308 overflowed it.
+The class: any literal length that is not a whole number of tokens from 1 to 2**31 - 1.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from recipe.errors import RecipeConfigError
-from recipe.memory_fit import LENGTH_KEYS, length_problems
+from recipe.memory_fit import LENGTH_KEYS, WORKLOAD_DEFAULTS, length_problems
 from recipe import plan as plan_module
 from recipe.plan import build_plan
 from recipe.smoke import shipped_model_dir
@@ -24,16 +24,17 @@ from recipe.verl_config import VerlConfigCheck
 
 from .envtools import settings_of
 
-RULE = "a sequence length is a whole number of tokens, at least 1"
+RULE = "a sequence length is a whole number of tokens, from 1 to 2147483647"
 
 
-@pytest.mark.parametrize("value", ["0", "0.5", "-1", "512.5", "nan", "inf", "-inf", "1e400", "0e3"])
+@pytest.mark.parametrize("value", ["0", "0.5", "-1", "512.5", "nan", "inf", "-inf", "1e400", "0e3", "2147483648",
+                                   "8.98e307"])
 @pytest.mark.parametrize("key", LENGTH_KEYS)
-def test_a_length_below_one_whole_token_is_named_with_the_rule(key: str, value: str) -> None:
+def test_a_length_that_is_no_whole_number_from_1_to_2_31_is_named_with_the_rule(key: str, value: str) -> None:
     assert length_problems([f"{key}=512", f"{key}={value}"]) == [f"{key}={value}: {RULE}"]  # the last one counts
 
 
-@pytest.mark.parametrize("value", ["1", "512", "512.0", "1e3", "${oc.env:PROMPT_LENGTH}", "abc"])
+@pytest.mark.parametrize("value", ["1", "512", "512.0", "1e3", "2147483647", "${oc.env:PROMPT_LENGTH}", "abc"])
 @pytest.mark.parametrize("key", LENGTH_KEYS)
 def test_a_whole_length_or_one_that_is_no_literal_is_not_refused_here(key: str, value: str) -> None:
     """Not a literal number: the estimate says it skipped, as for every other workload value."""
@@ -79,6 +80,8 @@ LENGTHS = st.one_of(st.integers(-3, 4096).map(str), st.floats(allow_nan=True, al
 @given(prompt=LENGTHS, response=LENGTHS)
 @example(prompt="0", response="0")  # the ZeroDivisionError first reported
 @example(prompt="-3", response="3")  # no tokens in all, though one length is whole
+@example(prompt="8.988465674311579e+307", response="8.98846567431158e+307")  # overflowed the estimate
+@example(prompt="2147483647", response="2147483647")  # the largest lengths: estimated (and far too big)
 def test_plan_refuses_bad_lengths_by_name_and_estimates_the_rest(attention_only_model: Path, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch, prompt: str,
                                                                   response: str) -> None:
@@ -91,7 +94,7 @@ def test_plan_refuses_bad_lengths_by_name_and_estimates_the_rest(attention_only_
                          TP=1, GEN_TP=1, EP=1, NDEVICES_PER_NODE=1, DEVICE_MEMORY_GIB=4096)
     overrides = [f"data.max_prompt_length={prompt}", f"data.max_response_length={response}"]
     bad = {key for key, text in zip(LENGTH_KEYS, (prompt, response))
-           if not (math.isfinite(float(text)) and float(text) >= 1 and float(text).is_integer())}
+           if not (1 <= float(text) <= 2**31 - 1 and float(text).is_integer())}
     try:
         plan = build_plan(chosen, {}, overrides)
     except RecipeConfigError as refused:
@@ -100,3 +103,26 @@ def test_plan_refuses_bad_lengths_by_name_and_estimates_the_rest(attention_only_
         return
     assert not bad
     assert plan.memory is not None and math.isfinite(plan.memory.kv_sequences)
+
+
+NUMBER_KEYS = [key for key, default in WORKLOAD_DEFAULTS.items() if not isinstance(default, bool)]
+HOSTILE = st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers(-(2**70), 2**70).map(str),
+                    st.text(max_size=12), st.sampled_from(["1e308", "-0", "2147483647", "2147483648", "${oc.env:X}"]))
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.dictionaries(st.sampled_from(NUMBER_KEYS), HOSTILE, min_size=1))
+def test_any_value_of_what_the_estimate_reads_gives_a_plan_or_a_refusal_never_a_crash(
+    attention_only_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, values: dict[str, str]
+) -> None:
+    """Every number the estimate reads, set after `--` to anything: an estimate, a skip that says why, or a refusal."""
+    monkeypatch.setattr(plan_module, "check_verl_config", lambda *args: VerlConfigCheck([]))
+    chosen = settings_of(DEVICE="gpu", MODEL_PATH=str(attention_only_model), CHECKPOINT_DIR=str(tmp_path / "ck"),
+                         TP=1, GEN_TP=1, EP=1, NDEVICES_PER_NODE=1, DEVICE_MEMORY_GIB=4096)
+    overrides = [f"{key}={text}" for key, text in values.items() if "\n" not in text and "=" not in text]
+    try:
+        plan = build_plan(chosen, {}, overrides)
+    except RecipeConfigError as refused:
+        assert refused.problems
+        return
+    assert plan.memory is not None or plan.memory_skipped

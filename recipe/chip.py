@@ -129,12 +129,14 @@ def node_soc_version(python: str = sys.executable, timeout_s: float = SOC_VERSIO
     """torch_npu's soc_version of this node's NPU 0, asked in a child process; None when it cannot say."""
     try:
         done = subprocess.run(
-            [python, "-c", SOC_VERSION_PROBE], capture_output=True, text=True, timeout=timeout_s, check=False
+            # errors= makes it text, as text=True would, with bytes other than UTF-8 (CANN's chatter) replaced.
+            [python, "-c", SOC_VERSION_PROBE], capture_output=True, errors="replace", timeout=timeout_s, check=False
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.strip().splitlines()
-    return int(lines[-1]) if done.returncode == 0 and lines and lines[-1].isdigit() else None
+    # Not isdigit(): it takes '²', which int() refuses.
+    return int(lines[-1]) if done.returncode == 0 and lines and lines[-1].isdecimal() else None
 
 
 def chip_problem(soc_version: int | None = None, built_type: str | None = None) -> str | None:

@@ -515,3 +515,20 @@ def test_a_stage_that_fails_adds_its_problems_and_the_plan_goes_on() -> None:
     assert plan_module._collect(problems, fails) is None
     assert plan_module._collect(problems, lambda: 5) == 5
     assert problems == ["earlier", "one", "two"]
+
+
+def test_only_plus_and_tilde_before_a_key_are_skipped_to_find_its_group() -> None:
+    """A key the user adds after `--` (Hydra's `+`) is grouped by its own first letters: `Xtrainer.` is no trainer key."""
+    assert grouped_overrides(["+Xtrainer.a=1", "Xdata.b=2"]) == [("other", ["+Xtrainer.a=1", "Xdata.b=2"])]
+
+
+def test_no_override_is_dropped_from_the_groups_not_even_an_empty_one() -> None:
+    assert grouped_overrides(["", "trainer.a=1"]) == [("trainer", ["trainer.a=1"]), ("other", [""])]
+
+
+def test_on_gpu_no_chip_is_looked_up_before_the_problems_are_reported(tmp_path: Path) -> None:
+    """The image's chip label matters on npu only: a refused gpu plan reports its problems even where the image-info
+    location cannot be looked up (here a name too long for the file system)."""
+    with pytest.raises(RecipeConfigError) as caught:
+        build_plan(smoke(tmp_path, DEVICE="gpu", TP=2), {"RECIPE_IMAGE_INFO_DIR": "/" + "x" * 300})
+    assert caught.value.problems and all("TP" in line for line in caught.value.problems[:1])

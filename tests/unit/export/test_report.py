@@ -78,3 +78,13 @@ def test_the_json_is_every_field_with_sorted_keys_and_two_space_indent() -> None
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True)
     assert json.loads(text)["shape_mismatches"] == [{"name": "s1", "expected": [2], "actual": [3]}]
     assert report.exit_code == 1 and ExportReport("/d", "lenient", "A", 1, 1).exit_code == 0
+
+
+def test_in_a_name_with_an_unprintable_character_the_printable_others_stay_as_they_are() -> None:
+    """Only the unprintable characters are escaped: accented letters, CJK and quotes of the same name are kept."""
+    assert printable("experts.naïve\n模型.'w'") == "experts.naïve\\n模型.'w'"
+
+
+def test_the_summary_lists_twenty_tensors_of_a_kind_by_default() -> None:
+    lines = _report(missing=[f"t{i}" for i in range(21)]).summary().splitlines()
+    assert "    - t19" in lines and "    - t20" not in lines and "    ... and 1 more (see --json)" in lines

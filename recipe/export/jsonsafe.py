@@ -14,8 +14,9 @@ Rules, in order (first match wins):
 - dataclass instances: their fields, converted (a field that cannot be read: a string);
 - Enum members: "Class.NAME" (warning-free: the name is the information);
 - torch.dtype / torch.device / numpy dtypes: str(value), e.g. "torch.bfloat16";
-- numpy scalars and 0-d arrays: the Python value, converted;
-- os.PathLike: the path string;
+- numpy scalars and 0-d arrays: the Python value, converted (longdouble and clongdouble,
+  which have none: their text);
+- os.PathLike: the path string (a bytes path decoded as os.fsdecode does);
 - Mapping: an object; keys become strings (non-str keys converted, then str());
 - list, tuple, set, frozenset and other non-str sequences/sets: a list
   (sets sorted by their JSON text so the output is stable);
@@ -135,7 +136,7 @@ class _Converter:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return self._container(value, path, depth, lambda: self._from_dataclass(value, path, depth))
         if isinstance(value, os.PathLike):
-            return os.fspath(value) if isinstance(os.fspath(value), str) else _stable_repr(value)
+            return os.fsdecode(os.fspath(value))  # a bytes path decoded as the OS would (undecodable bytes kept as escapes)
         if isinstance(value, (bytes, bytearray, memoryview)):
             raw = bytes(value)
             try:
@@ -221,7 +222,8 @@ def _special(value: Any) -> Any:
             return str(value)
         if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
             item = value.item()
-            if isinstance(item, complex):
+            # complex, and numpy's longdouble / clongdouble, whose item() is the numpy value itself: their text.
+            if isinstance(item, complex) or type(item).__module__.startswith("numpy"):
                 return str(item)
             return item
         if hasattr(value, "tolist"):

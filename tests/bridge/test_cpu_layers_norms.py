@@ -6,27 +6,18 @@ values come from torch's own rms_norm and layer_norm, with TE's zero-centred gam
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
 
 from tests.support.needs import TRAINER_EXTRA, needs
+from tests.support.torch_threads import single_threaded_torch  # noqa: F401  (mutmut forks)
 
 torch = needs("torch", install=TRAINER_EXTRA)
 
 from recipe.export.cpu_layers import _norm, _norm_parameters  # noqa: E402
 
 F = torch.nn.functional
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_threaded_torch() -> Iterator[None]:
-    """torch without its OpenMP pool here: mutmut forks this process per mutant (GNU OpenMP is not fork-safe)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def inputs(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -8,13 +8,13 @@ Here each spec is read without building anything.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from tests.support.needs import MEGATRON_BRIDGE, TRAINER_EXTRA, needs
+from tests.support.torch_threads import single_threaded_torch  # noqa: F401  (mutmut forks)
 
 torch = needs("torch", install=TRAINER_EXTRA)
 needs("megatron.bridge", install=MEGATRON_BRIDGE)
@@ -41,15 +41,6 @@ from recipe.export.cpu_layers import (  # noqa: E402
     spec_provider,
     vision_layer_spec,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_threaded_torch() -> Iterator[None]:
-    """torch without its OpenMP pool here: mutmut forks this process per mutant (GNU OpenMP is not fork-safe)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_the_spec_provider_is_local_with_the_norm_fused_into_the_next_linear_as_with_te() -> None:

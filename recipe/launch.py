@@ -266,9 +266,12 @@ def override_value(overrides: Sequence[str], key: str) -> str | None:
     return None
 
 
-def resume_mode_problem(value: Any, interpolated: bool) -> str | None:
-    """Why a composed `trainer.resume_mode` is not one the resume guard can vouch for (None when it is)."""
-    if interpolated or value not in RESUME_MODES:
+def resume_mode_problem(value: Any) -> str | None:
+    """Why a composed `trainer.resume_mode`, read unresolved, is not one the resume guard can vouch for (None when it is).
+
+    Read unresolved, an interpolation is its `${...}` text, never a mode: refused as not written literally.
+    """
+    if value not in RESUME_MODES:
         return (
             f"trainer.resume_mode={value!r}: must be one of {', '.join(RESUME_MODES)}, written literally "
             "(verl 0.9.1 knows no other mode, and the resume guard checks what it reads before the run: "

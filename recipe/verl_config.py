@@ -322,8 +322,7 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
     problems: list[str] = type_problems(recipe, config, extra, config_dir)
     trainer = config.get("trainer")
     mode = OmegaConf.to_container(trainer, resolve=False).get("resume_mode") if trainer is not None else None
-    interpolated = trainer is not None and "resume_mode" in trainer and OmegaConf.is_interpolation(trainer, "resume_mode")
-    problem = resume_mode_problem(mode, interpolated)
+    problem = resume_mode_problem(mode)
     if problem:
         problems.append(problem)
 

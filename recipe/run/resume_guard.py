@@ -41,13 +41,10 @@ def _resume_mode(plan: Plan) -> tuple[str | None, str | None]:
 
         trainer = compose_verl_config(plan.overrides, config_dir).get("trainer")
         mode = OmegaConf.to_container(trainer, resolve=False).get("resume_mode") if trainer is not None else None
-        interpolated = trainer is not None and "resume_mode" in trainer and OmegaConf.is_interpolation(
-            trainer, "resume_mode"
-        )
     except Exception as error:  # the plan composed; anything else means the guard cannot read it
         first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
         return None, f"trainer.resume_mode: cannot be read from verl's composed config ({first[:300]})"
-    problem = resume_mode_problem(mode, interpolated)
+    problem = resume_mode_problem(mode)
     return (None, problem) if problem else (mode, None)
 
 

@@ -168,13 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
 
 
-
 def console_main() -> NoReturn:
     """The program's start (entrypoint.py, `python -m recipe`, the `grpo-recipe` script): main's code is the exit status.
 
     It stays so where a Ray driver ran in this process (recipe.process_exit).
     """
     run_program(main)
+
 
 def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if args.command == "doctor":

@@ -65,12 +65,13 @@ def host_problem(host: str) -> str | None:
     """
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
-        ipaddress.ip_address(bare)
-        return None
+        address = ipaddress.ip_address(bare)
     except ValueError:
-        pass
-    if bare != host:
-        return "must be an IPv6 address inside the brackets"
+        address = None
+    if bare != host:  # brackets are for IPv6 alone (RFC 3986 host syntax)
+        return None if isinstance(address, ipaddress.IPv6Address) else "must be an IPv6 address inside the brackets"
+    if address is not None:
+        return None
     if re.fullmatch(r"[^:]+:\d*", host):
         return "must be a host name or IP address without a port (the port is RAY_PORT)"
     name = host[:-1] if host.endswith(".") else host

@@ -112,6 +112,14 @@ def test_the_address_a_node_is_told_is_one_the_join_path_accepts(master: str, po
     assert rules.split_address(role.address) == (master.strip("[]"), port)
 
 
+
+@given(address=st.ip_addresses())
+def test_brackets_hold_an_ipv6_address_and_nothing_else(address: object) -> None:
+    """Every IPv6 address is accepted in brackets and every IPv4 one refused there; both bare."""
+    bracketed = rules.host_problem(f"[{address}]")
+    assert bracketed == (None if ":" in str(address) else IN_BRACKETS)
+    assert rules.host_problem(str(address)) is None
+
 # --- hosts (MASTER_ADDR, and the host of a GCS address) -------------------------------------------
 
 
@@ -130,6 +138,7 @@ def test_the_address_a_node_is_told_is_one_the_join_path_accepts(master: str, po
         # Brackets hold an IPv6 address, nothing else.
         ("[head]", IN_BRACKETS),
         ("[10.0.0.1:1]", IN_BRACKETS),
+        ("[10.0.0.1]", IN_BRACKETS),  # an IPv4 address goes without brackets
         ("[::1", RFC),  # an unclosed bracket is no bracket: a host name with a bad character
         ("head:6379", NO_PORT),
         ("10.0.0.1:6379", NO_PORT),

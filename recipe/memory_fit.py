@@ -352,6 +352,14 @@ class EstimateSkipped(ValueError):
     """A value the estimate needs is not a literal number in the plan (an interpolation, say)."""
 
 
+def _number(text: str) -> float | None:
+    """TEXT as a number the way verl would read a literal one (float syntax), or None when it is none."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def _literal(key: str, text: str | None) -> Any:
     """The value of an override as verl would read a literal one; EstimateSkipped when it is not one."""
     default = WORKLOAD_DEFAULTS[key]
@@ -363,10 +371,7 @@ def _literal(key: str, text: str | None) -> Any:
         if text.lower() in ("true", "false"):
             return text.lower() == "true"
     else:
-        try:
-            number = float(text)
-        except ValueError:
-            number = None
+        number = _number(text)
         if number is not None and 0 <= number <= MAX_LITERAL:
             return number
     wanted = "true/false" if isinstance(default, bool) else f"number from 0 to {MAX_LITERAL}"
@@ -385,13 +390,11 @@ def length_problems(overrides: Sequence[str]) -> list[str]:
     problems = []
     for key in LENGTH_KEYS:
         text = override_value(overrides, key)
-        try:
-            number = float(text) if text is not None else None
-        except ValueError:
-            continue
+        number = _number(text) if text is not None else None
         if number is not None and not (1 <= number <= MAX_LITERAL and number.is_integer()):
             problems.append(f"{key}={text}: a sequence length is a whole number of tokens, from 1 to {MAX_LITERAL}")
     return problems
+
 
 def workload_from_overrides(overrides: Sequence[str]) -> Workload:
     """The Workload of a plan, from its final overrides (verl's defaults for keys they leave out)."""

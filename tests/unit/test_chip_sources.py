@@ -7,9 +7,12 @@ Neither source is trusted to be clean text: the check says "cannot tell" (None) 
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recipe import chip
 from recipe.chip import assumed_chip, built_device_type
@@ -86,3 +89,15 @@ def test_chatter_that_is_not_utf8_before_the_answer_does_not_hide_it(tmp_path: P
 def test_an_answer_that_is_not_plain_digits_is_no_answer(tmp_path: Path, answer: str) -> None:
     """A digit-like character int() refuses ('²') is no answer, never a crash."""
     assert chip.node_soc_version(_fake_python(tmp_path, f"{answer}\n".encode()), timeout_s=5) is None
+
+
+@settings(max_examples=50)
+@given(output=st.binary(max_size=64), number=st.one_of(st.none(), st.integers(0, 10**6)))
+def test_any_bytes_the_probe_prints_give_a_number_or_no_answer(output: bytes, number: int | None) -> None:
+    """Whatever the child prints, the read is a number or None, never a crash; a last line of ASCII digits counts."""
+    printed = output + (f"\n{number}\n".encode() if number is not None else b"")
+    with tempfile.TemporaryDirectory() as folder:
+        found = chip.node_soc_version(_fake_python(Path(folder), printed), timeout_s=5)
+    assert found is None or isinstance(found, int)
+    if number is not None:
+        assert found == number

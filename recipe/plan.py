@@ -73,6 +73,8 @@ class Plan:
     #: Will it fit (recipe.memory_fit); None with `memory_skipped` saying why when it cannot be estimated.
     memory: MemoryEstimate | None = None
     memory_skipped: str | None = None
+    #: What the training data are, where the recipe makes them (the smoke profile's); None for the user's files.
+    data: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready document (secrets redacted)."""
@@ -90,6 +92,7 @@ class Plan:
             "drift_accepted": self.drift_accepted,
             "chip": self.chip,
             "memory": self.memory.to_dict() if self.memory else {"skipped": self.memory_skipped},
+            "data": self.data,
         }
 
     def to_json(self) -> str:
@@ -115,6 +118,8 @@ class Plan:
             lines += [f"warning  {line}" for line in self.memory.warnings()]
         else:
             lines.append(f"fit      no memory-fit estimate: {self.memory_skipped}")
+        if self.data:
+            lines.append(f"data     {self.data}")
         lines.append("env      " + " ".join(f"{k}={'(unset)' if v is None else v}" for k, v in self.env.items()))
         for line in self.drift_accepted:
             lines.append(f"drift    {line}")
@@ -224,7 +229,20 @@ def build_plan(
         {"name": chip, "reason": chip_reason} if device.name == "npu" else None,
         memory,
         memory_skipped,
+        _data_note(settings),
     )
+
+
+def _data_note(settings: Settings) -> str | None:
+    """The smoke profile's data, when the run uses them (recipe.smoke.profile.smoke_data_note)."""
+    if settings.profile != "smoke":
+        return None
+    from recipe.smoke import SmokeAssets, assets_root
+    from recipe.smoke.profile import smoke_data_note
+
+    if settings.resolved_train_files != SmokeAssets.under(assets_root(settings.checkpoint_dir)).train_file:
+        return None
+    return smoke_data_note()
 
 
 def _memory_estimate(

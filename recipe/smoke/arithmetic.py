@@ -1,9 +1,14 @@
-"""A small generated arithmetic dataset in verl's parquet format, scored by verl's own gsm8k rule.
+"""A small generated arithmetic dataset with an image in every row, in the layout of `prepare-data geo3k`.
 
-Rows look like the recipe's GSM8K rows: `data_source` "openai/gsm8k" makes verl's
-`default_compute_score` use its gsm8k scorer, which gives 1.0 when the last
-`#### <number>` of a response equals `reward_model.ground_truth`, else 0.
-The same seed always gives the same rows, so the files are reproducible.
+The real job trains on Geometry3k, where every prompt carries an image, so the smoke rows do
+too: each row's image shows the expression (`37 + 45`, drawn with PIL) and its text only asks
+for the value of the expression in the image, so the question cannot be answered without it.
+Rows are converted by the recipe's own `convert_geo3k` and written with the same parquet
+schema as `prepare-data geo3k` (images as undecoded `{bytes, path}` structs with the
+`datasets` Image feature), so what the smoke run trains on is the real row format, geo3k's
+instruction included. The smoke run scores responses with its own reward
+(recipe/smoke/reward.py); `reward_model.ground_truth` is the exact answer, as geo3k's is.
+The same seed always gives the same bytes, so the files are reproducible.
 """
 
 from __future__ import annotations
@@ -13,14 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipe.data.specs import convert_gsm8k
+from recipe.data.specs import SPECS, convert_geo3k, output_features
 
 _OPERATORS = ("+", "-", "*")
+
+#: Every row's question: the numbers are only in the image.
+QUESTION = "What is the value of the expression in the image?"
+#: The drawn image, in pixels: the smoke processor's smallest (4096 pixels), 4 image tokens after the 2x2 merge.
+IMAGE_SIZE = 64
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One question with its worked answer."""
+    """One expression (what the image shows) and its value."""
 
     left: int
     operator: str
@@ -36,14 +46,9 @@ class Problem:
         return self.left * self.right
 
     @property
-    def question(self) -> str:
-        """The question as the user asks it."""
-        return f"What is {self.left} {self.operator} {self.right}?"
-
-    @property
-    def solution(self) -> str:
-        """A worked answer ending in GSM8K's `#### N` line."""
-        return f"{self.left} {self.operator} {self.right} = {self.result}\n#### {self.result}"
+    def expression(self) -> str:
+        """What the image shows."""
+        return f"{self.left} {self.operator} {self.right}"
 
 
 def problems(count: int, rng: random.Random) -> list[Problem]:
@@ -61,36 +66,35 @@ def problems(count: int, rng: random.Random) -> list[Problem]:
     return out
 
 
+def picture(problem: Problem) -> bytes:
+    """The problem's expression drawn black on white, as a PNG of IMAGE_SIZE x IMAGE_SIZE (same bytes each call)."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (IMAGE_SIZE, IMAGE_SIZE), (255, 255, 255))
+    ImageDraw.Draw(image).text((4, IMAGE_SIZE // 2 - 6), problem.expression, fill=(0, 0, 0))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def to_row(problem: Problem, index: int, split: str) -> dict[str, Any]:
-    """One problem as one verl row: converted exactly like a row of `prepare-data gsm8k`."""
-    return convert_gsm8k({"question": problem.question, "answer": problem.solution}, index, split)
-
-
-def parquet_schema() -> Any:
-    """The Arrow schema of the written files (column order as verl's examples write them)."""
-    import pyarrow as pa
-
-    string = pa.string()
-    return pa.schema(
-        [
-            ("data_source", string),
-            ("prompt", pa.list_(pa.struct([("role", string), ("content", string)]))),
-            ("ability", string),
-            ("reward_model", pa.struct([("style", string), ("ground_truth", string)])),
-            (
-                "extra_info",
-                pa.struct([("split", string), ("index", pa.int64()), ("answer", string), ("question", string)]),
-            ),
-        ]
-    )
+    """One problem as one verl row, converted exactly like a row of `prepare-data geo3k`."""
+    source = {
+        "images": [{"bytes": picture(problem), "path": None}],
+        "problem": "<image>" + QUESTION,
+        "answer": str(problem.result),
+    }
+    return convert_geo3k(source, index, split)
 
 
 def write_split(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write `rows` as one parquet file (the caller makes the directory swap atomic)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """Write `rows` as one parquet file with `prepare-data geo3k`'s schema (the caller makes the swap atomic)."""
+    import datasets
 
-    pq.write_table(pa.Table.from_pylist(rows, schema=parquet_schema()), path)
+    features = output_features(SPECS["geo3k"])
+    datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
 
 
 def write_dataset(directory: Path, seed: int, train_rows: int, test_rows: int) -> tuple[Path, Path]:

@@ -34,7 +34,7 @@ from recipe.smoke.tokenizer import SHIPPED
 
 MANIFEST = "smoke-assets.json"
 #: Bump when the build itself changes in a way the inputs below do not show.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 TRAIN_ROWS = 64
 TEST_ROWS = 8
 #: Shipped files copied into the model directory unchanged.
@@ -82,7 +82,10 @@ def fingerprint(seed: int) -> dict[str, Any]:
         "train_rows": TRAIN_ROWS,
         "test_rows": TEST_ROWS,
         "shipped_sha256": shipped.hexdigest(),
-        "libraries": {name: _package_version(name) for name in ("torch", "transformers", "tokenizers", "pyarrow")},
+        "libraries": {
+            name: _package_version(name)
+            for name in ("torch", "transformers", "tokenizers", "pyarrow", "datasets", "pillow")
+        },
     }
 
 

@@ -43,8 +43,9 @@ SMOKE_SETTINGS: Mapping[str, int | bool | str] = MappingProxyType(
 #: Every default of the profile, by environment name.
 SMOKE_DEFAULTS: Mapping[str, int | bool | str] = MappingProxyType({**SMOKE_LAYOUT, **SMOKE_SETTINGS})
 
-#: Prompt and response budgets in tokens. The tokenizer is byte-level: the longest prompt of
-#: the generated data is about 120 tokens with the chat template.
+#: Prompt and response budgets in tokens. The tokenizer is byte-level (geo3k's instruction is one token of its own):
+#: every smoke prompt is 76 tokens with the chat template and its image's 4 (tests/unit/smoke/test_dataset.py), and
+#: verl drops a longer prompt without a word (filter_overlong_prompts).
 SMOKE_MAX_PROMPT_LENGTH = 256
 SMOKE_MAX_RESPONSE_LENGTH = 64
 
@@ -83,3 +84,14 @@ def smoke_overrides() -> list[str]:
         "actor_rollout_ref.rollout.agent.num_workers=2",
         "reward.num_workers=2",
     ]
+
+
+def smoke_data_note() -> str:
+    """What `plan` says of the smoke data (recipe.smoke.arithmetic, built by `run`)."""
+    from recipe.smoke.arithmetic import IMAGE_SIZE
+    from recipe.smoke.prepare import TEST_ROWS, TRAIN_ROWS
+
+    return (
+        f"{TRAIN_ROWS} train and {TEST_ROWS} test rows in geo3k's layout (built by run), an image in every prompt: "
+        f"the arithmetic expression drawn at {IMAGE_SIZE}x{IMAGE_SIZE} (4 image tokens), asked about in text"
+    )

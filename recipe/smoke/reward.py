@@ -1,7 +1,7 @@
 """The smoke profile's reward: the share of digits in the response, a signal even a random model gets.
 
-The smoke data are arithmetic questions that verl's gsm8k rule would score (1.0 for the right
-`#### N`), which a model with random weights never writes: every score would be 0, every GRPO
+The smoke data are arithmetic questions in geo3k's layout that verl's geo3k rule would score (the
+right `\\boxed{N}`), which a model with random weights never writes: every score would be 0, every GRPO
 advantage 0, every gradient 0, the weights would never move, and a broken optimizer, weight
 sync or export could not be told from a working one. Random responses differ in how many digits
 they hold, so this reward varies within each prompt's group of samples. verl loads this file

@@ -400,7 +400,7 @@ def test_plan_json_is_the_whole_plan_in_one_document(tmp_path: Path) -> None:
     document = json.loads(plan.to_json())
     assert list(document) == [
         "recipe_version", "device", "settings", "model", "layout", "allocator", "env", "overrides", "argv",
-        "provenance", "drift_accepted", "chip", "memory",
+        "provenance", "drift_accepted", "chip", "memory", "data",
     ]  # fmt: skip
     assert document["recipe_version"] == __version__
     assert document["device"] == plan.device.to_dict() and document["model"] == plan.model.to_dict()
@@ -410,6 +410,21 @@ def test_plan_json_is_the_whole_plan_in_one_document(tmp_path: Path) -> None:
     assert document["provenance"] == json.loads(json.dumps(plan.provenance))
     assert document["memory"] == json.loads(json.dumps(plan.memory.to_dict()))  # type: ignore[union-attr]
     assert plan.to_json().startswith('{\n  "recipe_version": ')  # indented for people reading it
+
+
+def test_a_smoke_plan_says_its_data_have_an_image_in_every_prompt(tmp_path: Path) -> None:
+    """PROFILE=smoke on its own data: `plan` says what they are, images included; on the user's files, nothing."""
+    plan = build_plan(smoke(tmp_path, DEVICE="gpu"), {})
+    note = (
+        "64 train and 8 test rows in geo3k's layout (built by run), an image in every prompt: the arithmetic "
+        "expression drawn at 64x64 (4 image tokens), asked about in text"
+    )
+    assert plan.data == note and json.loads(plan.to_json())["data"] == note
+    assert f"data     {note}" in plan.to_text().splitlines()
+    mine = tmp_path / "mine.parquet"
+    mine.write_bytes(b"x")
+    theirs = build_plan(smoke(tmp_path, DEVICE="gpu", TRAIN_FILES=str(mine)), {})
+    assert theirs.data is None and not any(line.startswith("data     ") for line in theirs.to_text().splitlines())
 
 
 def test_plan_json_says_why_there_is_no_memory_estimate(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""The smoke dataset's generator by direct calls: the ranges of its questions, the exact files, their
-reproducibility from the seed, and train and test never sharing a question."""
+"""The smoke dataset's generator by direct calls: the ranges of its problems, the images that carry them, the
+exact files (geo3k's layout), their reproducibility from the seed, and train and test never sharing a problem."""
 
 from __future__ import annotations
 
@@ -12,22 +12,36 @@ from hypothesis import strategies as st
 
 from tests.support.needs import needs
 
-from recipe.smoke.arithmetic import Problem, problems, write_dataset
+from recipe.smoke.arithmetic import IMAGE_SIZE, QUESTION, Problem, picture, problems, write_dataset
 
 pa = needs("pyarrow", install="needs pyarrow (the trainer extra)")
 import pyarrow.parquet as pq  # noqa: E402
 
 
 @pytest.mark.parametrize(
-    ("problem", "question", "solution"),
-    [
-        (Problem(12, "+", 7), "What is 12 + 7?", "12 + 7 = 19\n#### 19"),
-        (Problem(40, "-", 15), "What is 40 - 15?", "40 - 15 = 25\n#### 25"),
-        (Problem(6, "*", 7), "What is 6 * 7?", "6 * 7 = 42\n#### 42"),
-    ],
+    ("problem", "expression", "result"),
+    [(Problem(12, "+", 7), "12 + 7", 19), (Problem(40, "-", 15), "40 - 15", 25), (Problem(6, "*", 7), "6 * 7", 42)],
 )
-def test_each_operator_asks_and_answers_in_gsm8k_form(problem: Problem, question: str, solution: str) -> None:
-    assert (problem.question, problem.solution) == (question, solution)
+def test_each_operator_shows_its_expression_and_computes_it(problem: Problem, expression: str, result: int) -> None:
+    assert (problem.expression, problem.result) == (expression, result)
+
+
+def test_the_picture_is_a_small_png_that_shows_only_its_problem() -> None:
+    import io
+
+    from PIL import Image
+
+    seen = {}
+    for problem in (Problem(12, "+", 7), Problem(12, "-", 7), Problem(21, "+", 7), Problem(6, "*", 7)):
+        data = picture(problem)
+        assert data == picture(problem)  # the same bytes every call: files reproducible from the seed
+        with Image.open(io.BytesIO(data)) as image:
+            assert (image.format, image.size, image.mode) == ("PNG", (IMAGE_SIZE, IMAGE_SIZE), "RGB")
+            pixels = image.tobytes()
+        assert len(set(pixels)) > 1, "nothing drawn"
+        seen[pixels] = problem
+    # Another operator or operand is another picture: the question can only be answered from the image.
+    assert len(seen) == 4
 
 
 @given(st.integers(0, 2**32), st.integers(1, 60))
@@ -65,38 +79,47 @@ def test_the_files_hold_the_asked_rows_indexed_by_split(tmp_path: Path) -> None:
         rows = _rows(path)
         assert [row["extra_info"]["index"] for row in rows] == list(range(count))  # type: ignore[index]
         assert {row["extra_info"]["split"] for row in rows} == {split}  # type: ignore[index]
-    assert pq.read_schema(train).names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+        # One image per row, its bytes inside, and one placeholder for it in front of the question.
+        assert all(len(row["images"]) == 1 and row["images"][0]["bytes"] for row in rows)  # type: ignore[arg-type,index]
+        assert {row["prompt"][0]["content"].split("?")[0] + "?" for row in rows} == {"<image>" + QUESTION}  # type: ignore[index]
+    # geo3k's columns in its order, as `prepare-data geo3k` writes them (images right after the prompt).
+    assert pq.read_schema(train).names == ["data_source", "prompt", "images", "ability", "reward_model", "extra_info"]
     schema = pq.read_schema(train)
     assert schema.field("prompt").type == pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+    assert schema.field("images").type == pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
     assert schema.field("reward_model").type == pa.struct([("style", pa.string()), ("ground_truth", pa.string())])
     assert schema.field("extra_info").type == pa.struct(
         [("split", pa.string()), ("index", pa.int64()), ("answer", pa.string()), ("question", pa.string())]
     )
 
 
-def test_no_question_repeats_within_or_across_splits(tmp_path: Path) -> None:
-    # More rows than one draw tends to give unique questions: the generator draws again until it has enough.
+def _problems_of(rows: list[dict[str, object]]) -> list[bytes]:
+    return [row["images"][0]["bytes"] for row in rows]  # type: ignore[index]
+
+
+def test_no_problem_repeats_within_or_across_splits(tmp_path: Path) -> None:
+    # More rows than one draw tends to give unique problems: the generator draws again until it has enough.
     train, test = write_dataset(tmp_path, seed=1, train_rows=300, test_rows=100)
-    questions = [row["extra_info"]["question"] for path in (train, test) for row in _rows(path)]  # type: ignore[index]
-    assert len(questions) == len(set(questions)) == 400
+    images = [image for path in (train, test) for image in _problems_of(_rows(path))]
+    assert len(images) == len(set(images)) == 400
 
 
-def test_the_same_seed_writes_the_same_rows_and_another_seed_others(tmp_path: Path) -> None:
-    def written(name: str, seed: int) -> list[list[dict[str, object]]]:
+def test_the_same_seed_writes_the_same_bytes_and_another_seed_others(tmp_path: Path) -> None:
+    def written(name: str, seed: int) -> list[bytes]:
         folder = tmp_path / name
         folder.mkdir()
-        return [_rows(path) for path in write_dataset(folder, seed=seed, train_rows=8, test_rows=4)]
+        return [path.read_bytes() for path in write_dataset(folder, seed=seed, train_rows=8, test_rows=4)]
 
     first = written("a", 5)
     assert first == written("b", 5)
-    assert first != written("c", 6)
+    assert first[0] != written("c", 6)[0]
 
 
 def test_seed_0_writes_the_rows_the_smoke_run_was_measured_on(tmp_path: Path) -> None:
-    # prepare_smoke_assets reuses built assets whose fingerprint (shipped files, seed) matches: a change to the
-    # generator that moves these rows must change that fingerprint too, or old data would be reused silently.
+    # prepare_smoke_assets reuses built assets whose fingerprint (shipped files, seed, library versions) matches: a
+    # change to the generator that moves these rows must change that fingerprint too (BUILD_VERSION), or old data
+    # would be reused silently.
     train, test = write_dataset(tmp_path, seed=0, train_rows=3, test_rows=2)
-    assert [row["extra_info"]["question"] for row in _rows(train)] == [  # type: ignore[index]
-        "What is 97 - 53?", "What is 33 + 65?", "What is 51 - 38?"
-    ]
-    assert [row["extra_info"]["question"] for row in _rows(test)] == ["What is 74 - 45?", "What is 64 + 17?"]  # type: ignore[index]
+    assert [row["reward_model"]["ground_truth"] for row in _rows(train)] == ["44", "98", "13"]  # type: ignore[index]
+    assert [row["reward_model"]["ground_truth"] for row in _rows(test)] == ["29", "81"]  # type: ignore[index]
+    assert _problems_of(_rows(train))[0] == picture(Problem(97, "-", 53))

@@ -25,7 +25,20 @@ def tokenizer() -> Any:
 
 def test_the_vocabulary_is_exactly_the_models(tokenizer: Any) -> None:
     assert len(tokenizer) == vocab_size() == 384
-    assert len(special_tokens()) == vocab_size() - 256
+    assert len(special_tokens()) == vocab_size() - 256 - 1  # and one text token
+
+
+def test_geo3ks_instruction_is_one_ordinary_token_that_decoding_keeps(tokenizer: Any) -> None:
+    """The last id is geo3k's instruction: one token inside any text (a smoke prompt is 76 tokens, not 289), kept
+    by decoding with skip_special_tokens (it is no special token); text around it stays byte-level."""
+    from recipe.data.specs import GEO3K_INSTRUCTION
+
+    text = f"x {GEO3K_INSTRUCTION} y"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert ids == [ord("x"), ord(" "), 383, ord(" "), ord("y")]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == text
+    # Anything short of the whole instruction is bytes.
+    assert len(tokenizer.encode(GEO3K_INSTRUCTION[:-1], add_special_tokens=False)) == len(GEO3K_INSTRUCTION) - 1
 
 
 def test_special_tokens_follow_the_bytes_in_qwens_order(tokenizer: Any) -> None:
@@ -90,7 +103,7 @@ def test_the_context_length_is_the_models(tokenizer: Any) -> None:
     assert tokenizer.model_max_length == shipped_model_config()["text_config"]["max_position_embeddings"]
 
 
-@pytest.mark.parametrize(("size", "reserved"), [(256 + len(QWEN_SPECIAL_TOKENS), 0), (256 + len(QWEN_SPECIAL_TOKENS) + 2, 2)])
+@pytest.mark.parametrize(("size", "reserved"), [(256 + len(QWEN_SPECIAL_TOKENS) + 1, 0), (256 + len(QWEN_SPECIAL_TOKENS) + 3, 2)])
 def test_reserved_tokens_fill_the_vocabulary_exactly(monkeypatch: pytest.MonkeyPatch, size: int, reserved: int) -> None:
     from recipe.smoke import tokenizer as module
 
@@ -101,6 +114,6 @@ def test_reserved_tokens_fill_the_vocabulary_exactly(monkeypatch: pytest.MonkeyP
 def test_a_vocabulary_too_small_for_the_special_tokens_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from recipe.smoke import tokenizer as module
 
-    monkeypatch.setattr(module, "vocab_size", lambda: 269)
-    with pytest.raises(ValueError, match=r"^vocab_size 269 is too small for 256 bytes and the special tokens$"):
+    monkeypatch.setattr(module, "vocab_size", lambda: 270)
+    with pytest.raises(ValueError, match=r"^vocab_size 270 is too small for 256 bytes, the special tokens and the text tokens$"):
         special_tokens()

@@ -50,6 +50,7 @@ MODULES = {
     # guard, prepare and source are measured against their direct unit tests.
     "data/guard": [f"{D}/test_guard_rules.py"],
     "data/prepare": [f"{D}/test_prepare_manifest_and_output.py"],
+    "data/prompt_lengths": [f"{D}/test_prompt_lengths.py"],
     "data/source": [f"{D}/test_source_loading.py"],
     "data/specs": [f"{D}/test_specs.py", f"{D}/test_hostile_sources.py", f"{D}/test_specs_images.py"],
     "device": [f"{U}/test_device.py", f"{U}/test_device_defaults.py"],
@@ -94,6 +95,7 @@ MODULES = {
     "record_file": [f"{E}/test_record_file.py", f"{E}/test_record_hostile.py"],
     "run/preflight": [f"{U}/test_preflight_checks.py"],
     "run/progress": [f"{U}/test_progress.py"],
+    "run/prompt_budget": [f"{D}/test_prompt_lengths.py"],
     "run/resume_guard": [f"{E}/test_resume_guard.py", f"{E}/test_resume_guard_hostile.py"],
     "run/trainer": [f"{U}/test_trainer_supervision.py", f"{U}/test_trainer_run_command.py"],
     "replay": [f"{E}/test_replay.py", f"{E}/test_replay_hostile.py"],

@@ -197,7 +197,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
             return run_export(args, checkpoint_root(settings), settings.model_path, settings.export_strict)
         if args.command == "prepare-data":
             # Preparing data needs neither a valid layout nor a device.
-            return run_prepare_data(args, settings.data_dir)
+            return run_prepare_data(args, settings.data_dir, settings.model_path)
         plan = build_plan(settings, os.environ, extra)
         if args.command == "plan":
             return _cmd_plan(plan, args.json)

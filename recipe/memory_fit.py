@@ -37,6 +37,10 @@ WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = BF16_BYTES, FP32_BYTES, 3 * FP32_BYT
 #: Korthikanti et al. 2022 (arXiv 2205.05198), Table 2: a transformer layer's activations with sequence
 #: parallelism and without the attention-score term (flash attention) are 34 x tokens x hidden bytes / TP.
 LAYER_ACTIVATION_FACTOR = 34
+#: The estimate's assumption for image tokens: this share of each prompt's budget (data.max_prompt_length). A geo3k
+#: prompt is one figure of a few hundred image tokens and a short question, within the recipe's 1024; prepare-data
+#: prints the measured lengths (docs/memory.md).
+IMAGE_SHARE_OF_PROMPT = 0.5
 #: The estimate within this share of the device is a warning: the allocator's fragmentation, the runtime's
 #: context and communicator buffers and the CUDA graphs are not counted (docs/memory.md).
 WARN_MARGIN = 0.10
@@ -263,6 +267,10 @@ def estimate(
     layer = LAYER_ACTIVATION_FACTOR * tokens * hidden / layout.tp
     dispatch = tokens * sizes.experts_per_token * (2 * hidden + 3 * sizes.moe_ffn_hidden_size) * BF16_BYTES / layout.etp
     logits = tokens * sizes.vocab_size / layout.tp * FP32_BYTES
+    # The vision tower's activations (first stage): IMAGE_SHARE_OF_PROMPT of the micro-batch's prompt tokens are
+    # image tokens, every vision block keeps its activations (none recomputed).
+    image_tokens = tokens * IMAGE_SHARE_OF_PROMPT * work.prompt_tokens / (work.prompt_tokens + work.response_tokens)
+    vision = image_tokens * sizes.vision_activation_bytes_per_image_token / layout.tp
     actor = Phase(
         "actor phase (training)",
         [
@@ -275,6 +283,8 @@ def estimate(
             Term("one layer recomputed", layer, False, f"{shorter}, TP"),
             Term("MoE dispatch buffers", dispatch, False, f"{shorter}, ETP"),
             Term("fp32 logits", logits, False, f"{shorter}, TP"),
+            *([Term("vision tower activations", vision, False, f"{shorter}, data.max_prompt_length, TP")]
+              if vision else []),
         ],
         capacity,
     )  # fmt: skip
@@ -321,6 +331,11 @@ def estimate(
         f"({kv_per_token:g} B per token, {deltanet_state / (1 << 20):.0f} MiB of DeltaNet state"
         + (", doubled by vllm-ascend's page padding (vllm-ascend#7393))" if device == "npu" else ")")
     ]
+    if vision:
+        notes.append(
+            f"vision tower: activations for {image_tokens:.0f} image tokens a micro-batch, assuming images take "
+            f"{IMAGE_SHARE_OF_PROMPT:.0%} of each prompt and no vision block is recomputed (prepare-data measures yours)"
+        )
     kv_sequences = max(kv_space, 0) / per_sequence
     return MemoryEstimate([actor, rollout, host], device_gib, device_source, kv_sequences, layout, notes)
 

@@ -20,6 +20,10 @@ from typing import Any, Mapping
 #: (config.json `mamba_ssm_dtype`, float32 in Qwen3.5's) and the conv state in the weights' dtype.
 BF16_BYTES = 2
 FP32_BYTES = 4
+#: Korthikanti et al. 2022 (arXiv 2205.05198): a transformer layer keeps about 34 x tokens x hidden bytes of
+#: activations for its backward pass in bf16 (no attention-score term with flash attention); recipe.memory_fit uses
+#: the same factor for the language model's recomputed layer.
+VIT_ACTIVATION_FACTOR = 34
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,9 @@ class ModelSizes:
     num_kv_heads: int
     #: Gated DeltaNet conv and recurrent state of every linear-attention layer, per sequence, all heads.
     state_bytes_per_sequence: int
+    #: The vision tower's activations kept for the backward pass per image token (0 for a text model): each image
+    #: token is spatial_merge_size**2 patches through every vision block, none recomputed.
+    vision_activation_bytes_per_image_token: int = 0
 
     @property
     def total(self) -> int:
@@ -105,6 +112,16 @@ def _layer_kinds(text: Mapping[str, Any], layers: int) -> list[str]:
     if any(key in text for key in _LINEAR_KEYS):
         raise SizesUnknown("config.json has Gated DeltaNet keys but neither layer_types nor full_attention_interval")
     return ["full_attention"] * layers
+
+
+def _vision_activation_bytes(vision: Mapping[str, Any] | None) -> int:
+    """Per image token: merge**2 patches x hidden x depth x Korthikanti's 34 bytes (no recompute assumed)."""
+    if vision is None:
+        return 0
+    if not isinstance(vision, dict):
+        raise SizesUnknown("config.json vision_config must be a JSON object")
+    patches = _int(vision, "spatial_merge_size") ** 2
+    return patches * _int(vision, "hidden_size") * _int(vision, "depth") * VIT_ACTIVATION_FACTOR
 
 
 def _vision_parameters(vision: Mapping[str, Any] | None) -> int:
@@ -176,6 +193,7 @@ def sizes_from_config(config: Mapping[str, Any]) -> ModelSizes:
         kv_bytes_per_token=full * 2 * kv_heads * head_dim * BF16_BYTES,
         num_kv_heads=kv_heads,
         state_bytes_per_sequence=state,
+        vision_activation_bytes_per_image_token=_vision_activation_bytes(vision),
     )
 
 

@@ -73,8 +73,9 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-def run_prepare_data(args: argparse.Namespace, data_dir: Path) -> int:
-    """Prepare `args.dataset` into `args.out` or `data_dir/<dataset>`; print what was written.
+def run_prepare_data(args: argparse.Namespace, data_dir: Path, model_dir: Path | None = None) -> int:
+    """Prepare `args.dataset` into `args.out` or `data_dir/<dataset>`; print what was written and, where the model
+    is at `model_dir`, each split's prompt lengths in tokens (text and images).
 
     Returns 0, or 1 after one `prepare-data: ...` line on stderr when the data cannot be
     fetched or written. RecipeConfigError (a bad --source or --out, or a source whose files or
@@ -88,7 +89,9 @@ def run_prepare_data(args: argparse.Namespace, data_dir: Path) -> int:
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main_thread else None
     try:
         max_image_mib = getattr(args, "max_image_mib", DEFAULT_MAX_IMAGE_BYTES // _MIB)
-        prepared = prepare_dataset(args.dataset, out, args.source, max_image_bytes=max_image_mib * _MIB)
+        prepared = prepare_dataset(
+            args.dataset, out, args.source, max_image_bytes=max_image_mib * _MIB, model_dir=model_dir
+        )
     except DataPreparationError as exc:
         print(f"prepare-data: {exc}", file=sys.stderr)
         return 1

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -26,6 +26,7 @@ from recipe.data.guard import (
     shown,
     summarise,
 )
+from recipe.data.prompt_lengths import PromptLengths
 from recipe.data.source import describe_exception, load_source
 from recipe.data.specs import SPECS, SPLITS, DatasetName, DatasetSpec, output_features
 from recipe.digests import MAX_DATA_BYTES, FileRefused, sha256_file
@@ -53,6 +54,8 @@ class PreparedData:
     data_source: str
     out_dir: Path
     files: tuple[PreparedFile, ...]
+    #: Each split's prompt lengths in tokens, text and images (recipe.data.prompt_lengths), or why not counted.
+    prompt_lengths: dict[str, PromptLengths] | str = "not counted: no model given"
 
     def path(self, split: str) -> Path:
         """The parquet file of `split` (train or test)."""
@@ -62,8 +65,29 @@ class PreparedData:
         raise KeyError(split)
 
     def summary(self) -> list[str]:
-        """One line per file: `wrote PATH: N rows, M bytes`."""
-        return [f"wrote {f.path}: {f.rows} rows, {f.bytes} bytes" for f in self.files]
+        """One line per file (`wrote PATH: N rows, M bytes`), then each split's prompt lengths, or why none."""
+        lines = [f"wrote {f.path}: {f.rows} rows, {f.bytes} bytes" for f in self.files]
+        if isinstance(self.prompt_lengths, str):
+            return [*lines, f"prompt lengths: {self.prompt_lengths}"]
+        return [*lines, *(f"prompt lengths ({split}): {lengths.describe()}" for split, lengths in self.prompt_lengths.items())]
+
+
+def count_prompt_lengths(
+    converted: Mapping[str, Iterable[Mapping[str, Any]]], model_dir: Path | None
+) -> dict[str, PromptLengths] | str:
+    """Each split's prompt lengths counted with the model's processor, or why they are not counted (never raises:
+    the files are what prepare-data is for; the count is advice)."""
+    if model_dir is None:
+        return PreparedData.prompt_lengths
+    if not (model_dir / "config.json").is_file():
+        return f"not counted: no model at MODEL_PATH={model_dir} (image tokens depend on the model's processor)"
+    from recipe.data.prompt_lengths import PromptCounter  # transformers and verl: only when counting
+
+    try:
+        counter = PromptCounter(model_dir)
+        return {split: PromptLengths.of(counter.count(row) for row in rows) for split, rows in converted.items()}
+    except Exception as error:  # noqa: BLE001  a processor that cannot load is said, never a failed preparation
+        return f"not counted with {model_dir}'s processor ({describe_exception(error)})"
 
 
 def _stderr(message: str) -> None:
@@ -238,6 +262,7 @@ def prepare_dataset(
     batch_size: int | None = None,
     progress: Callable[[str], None] | None = None,
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    model_dir: Path | None = None,
 ) -> PreparedData:
     """Convert dataset `name` into `out_dir/train.parquet` and `out_dir/test.parquet` for verl.
 
@@ -250,6 +275,8 @@ def prepare_dataset(
         progress: receives one line per step; default: stderr. Long steps also show
             `datasets` progress bars on stderr.
         max_image_bytes: largest image accepted, embedded or read from a path.
+        model_dir: the model whose processor counts each prompt's tokens, text and images, for the manifest
+            and the summary (verl drops a prompt over data.max_prompt_length without a word); None: not counted.
 
     Raises:
         RecipeConfigError: unknown name, unusable source, or an out_dir that cannot be created;
@@ -278,6 +305,9 @@ def prepare_dataset(
     if refused:
         raise SourceDataError(summarise(refused))
 
+    if model_dir is not None:
+        say(f"{spec.name}: counting prompt lengths in tokens (text and images) with {model_dir}'s processor")
+    lengths = count_prompt_lengths(converted, model_dir)
     revision = source_revision(spec, source)  # before --out exists: a refused source leaves nothing behind
     created = [part for part in (out, *out.parents) if not os.path.lexists(part)]
     try:
@@ -299,7 +329,10 @@ def prepare_dataset(
                 _check_written(staged, len(rows))
                 written.append(PreparedFile(split, target, len(rows), staged.stat().st_size))
                 digests[split] = {"file": target.name, "rows": len(rows), "sha256": sha256_file(staged)}
-            manifest = {"dataset": spec.name, "data_source": spec.hub_id, "source": revision, "files": digests}
+            manifest = {
+                "dataset": spec.name, "data_source": spec.hub_id, "source": revision, "files": digests,
+                "prompt_tokens": lengths if isinstance(lengths, str) else {k: v.to_manifest() for k, v in lengths.items()},
+            }  # fmt: skip
             files.stage(out / MANIFEST_NAME, lambda handle: handle.write(_manifest_bytes(manifest)))
             files.commit()
     except OSError as exc:
@@ -308,4 +341,4 @@ def prepare_dataset(
     except BaseException:  # interrupted: the folders this run made go too, as its files did
         _remove_empty(created)
         raise
-    return PreparedData(dataset=spec.name, data_source=spec.hub_id, out_dir=out, files=tuple(written))
+    return PreparedData(spec.name, spec.hub_id, out, tuple(written), lengths)

@@ -134,6 +134,20 @@ def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
     return execute(argv, env)
 
 
+def _warn_about_prompt_budget(plan: Plan) -> None:
+    """One warning when data.max_prompt_length drops more than 1 % of the training rows (recipe.run.prompt_budget)."""
+    from recipe.run.prompt_budget import prompt_budget_warning, recorded_lengths
+
+    limit = override_value(plan.overrides, "data.max_prompt_length")
+    lengths = recorded_lengths(plan.settings.resolved_train_files)
+    if isinstance(lengths, str) or limit is None or not limit.isdigit():
+        logger.info("prompt lengths against data.max_prompt_length: not checked (%s)", lengths if isinstance(lengths, str) else f"data.max_prompt_length={limit}")
+        return
+    warning = prompt_budget_warning(lengths, int(limit))
+    if warning:
+        logger.warning("%s", warning)
+
+
 def _progress(plan: Plan, wanted: bool | None) -> Any:
     """The progress lines' printer while the trainer runs (recipe.run.progress), or nothing: off unless asked or a terminal."""
     if not (wanted if wanted is not None else sys.stdout.isatty()):
@@ -176,6 +190,8 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
     smoke_root = _smoke_assets_root(settings)
     if smoke_root is not None:
         _prepare_smoke(smoke_root)
+    if role.runs_trainer:
+        _warn_about_prompt_budget(plan)
     # The raylet of every node inherits this environment, so Ray workers see it too: each node's
     # checkpoint root among it, read back by the head's shared-storage check (recipe.cluster.shared_storage).
     env = {**_trainer_environment(plan), ROOT_VARIABLE: str(checkpoint_root(settings))}
@@ -206,7 +222,7 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
 def _judge_smoke(plan: Plan, code: int) -> int:
     """PROFILE=smoke: print the verdict block and write it beside the checkpoints; EXIT_SMOKE_FAILED on FAIL."""
     from recipe.smoke.profile import VERDICT_FILE
-    from recipe.smoke.verdict import smoke_verdict
+    from recipe.smoke.verdict import count_training_prompts, smoke_verdict
 
     if code != 0:
         print(f"smoke: FAIL (the trainer exited {code}; no verdict on an unfinished run)", flush=True)
@@ -214,7 +230,9 @@ def _judge_smoke(plan: Plan, code: int) -> int:
     steps = int(override_value(plan.overrides, "trainer.total_training_steps") or 0)
     model = Path(override_value(plan.overrides, "actor_rollout_ref.model.path") or plan.settings.model_path)
     root = checkpoint_root(plan.settings)
-    verdict = smoke_verdict(Path(str(plan.env[METRICS_VARIABLE])), steps, root, model)
+    train_file = Path(override_value(plan.overrides, "data.train_files") or plan.settings.train_files)
+    prompts = count_training_prompts(train_file, model)
+    verdict = smoke_verdict(Path(str(plan.env[METRICS_VARIABLE])), steps, root, model, prompts)
     print(verdict.to_text(), flush=True)
     target = root / VERDICT_FILE
     try:

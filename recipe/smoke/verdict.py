@@ -2,7 +2,8 @@
 
 `run` with PROFILE=smoke calls `smoke_verdict` once the trainer has exited 0. It reads what
 the run itself left: the metrics verl's file logger wrote for each step (one JSON line each,
-`{"step": N, "data": {metric: value}}`, at the plan's VERL_FILE_LOGGER_PATH), the newest HF
+`{"step": N, "data": {metric: value}}`, at the plan's VERL_FILE_LOGGER_PATH), the training data
+(whose prompts, counted with their images, the logged prompt lengths must match), the newest HF
 export and the watcher's report beside it. Each check says what it measured and its limit;
 one failed check fails the verdict. Every file is read as hostile input: a malformed line, a
 missing file or a non-number is a failed check that says so, never a traceback.
@@ -15,12 +16,19 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # counting imports transformers and verl: only where the check runs
+    from recipe.data.prompt_lengths import PromptLengths
 
 #: GRPO's advantages: not all equal when the rewards differ within some prompt's group of samples.
 ADVANTAGE_MAX, ADVANTAGE_MIN = "critic/advantages/max", "critic/advantages/min"
 GRAD_NORM = "actor/grad_norm"
 PROBS_DIFF_MAX = "training/rollout_probs_diff_max"
+#: The shortest and longest prompt of the step's batch, in the token ids vLLM and the actor got (images expanded).
+PROMPT_MIN, PROMPT_MAX = "prompt_length/min", "prompt_length/max"
+#: Exported tensors of the vision tower (transformers' Qwen3.5 names: model.visual.*).
+VISION_TENSORS = ".visual."
 #: vLLM's and the actor's probabilities of the same sampled tokens, both bf16, other kernels: measured up to
 #: 9.5e-4 on CPU (tests/e2e); a weight sync that loses or mangles a tensor moves them by 1e-1 and more.
 PROBS_DIFF_LIMIT = 1e-2
@@ -37,6 +45,11 @@ HINTS: Mapping[str, str] = {
     "HF export": "Megatron-Bridge's export: see the report beside the export (verify-export)",
     "export was trained": "the export holds the initial weights: the export read stale weights, or training "
     "never changed them",
+    "images reached the rollout": "the prompts vLLM and the actor got are not the data's prompts with their images: "
+    "the images were dropped (data.image_key, a processor that failed to load, limit_mm_per_prompt) or not expanded "
+    "into image tokens (docs/troubleshooting.md, images)",
+    "vision tower was trained": "the vision tower's exported weights equal the initial ones: no gradient reached it "
+    "(no image in the batches, a frozen tower) or the export read stale weights",
     "export watcher": "`run`'s watcher found the save broken or could not check it: its report is beside the export",
 }
 
@@ -199,25 +212,30 @@ def _export_report(export: Path, initial_model: Path) -> Check:
     return Check("HF export", report.status != "broken", measured, limit)
 
 
-def _export_was_trained(export: Path, initial_model: Path) -> Check:
-    """Some tensor of the export differs from the initial model's (compared in fp32, first difference wins)."""
+def _export_was_trained(export: Path, initial_model: Path, name: str, part: str = "") -> Check:
+    """Some tensor of the export whose name holds `part` differs from the initial model's (fp32, first wins)."""
     from safetensors import safe_open
 
     from recipe.export.shards import read_checkpoint
 
-    limit = "some tensor differs from the initial model's"
+    which = f"{part.strip('.')} tensor" if part else "tensor"
+    limit = f"some {which} differs from the initial model's"
     exported, initial = read_checkpoint(export), read_checkpoint(initial_model)
     if exported.errors or initial.errors:
-        return Check("export was trained", False, f"unreadable: {(exported.errors + initial.errors)[0]}", limit)
-    shared = sorted(set(exported.tensors) & set(initial.tensors))
-    for name in shared:
+        return Check(name, False, f"unreadable: {(exported.errors + initial.errors)[0]}", limit)
+    if part and not any(part in key for key in initial.tensors):
+        return Check(name, True, f"the initial model has no {which}: nothing to check", limit)
+    shared = sorted(key for key in set(exported.tensors) & set(initial.tensors) if part in key)
+    if not shared:
+        return Check(name, False, f"no {which} in both the export and the initial model", limit)
+    for key in shared:
         with (
-            safe_open(str(export / exported.tensors[name].shard), framework="pt") as ours,
-            safe_open(str(initial_model / initial.tensors[name].shard), framework="pt") as theirs,
+            safe_open(str(export / exported.tensors[key].shard), framework="pt") as ours,
+            safe_open(str(initial_model / initial.tensors[key].shard), framework="pt") as theirs,
         ):
-            if not ours.get_tensor(name).float().equal(theirs.get_tensor(name).float()):
-                return Check("export was trained", True, f"{name} differs", limit)
-    return Check("export was trained", False, f"all {len(shared)} shared tensors equal the initial model's", limit)
+            if not ours.get_tensor(key).float().equal(theirs.get_tensor(key).float()):
+                return Check(name, True, f"{key} differs", limit)
+    return Check(name, False, f"all {len(shared)} shared {which}s equal the initial model's", limit)
 
 
 def _watcher_report(export: Path) -> Check:
@@ -241,15 +259,59 @@ def judge_export(checkpoint_root: Path, initial_model: Path) -> list[Check]:
         return [Check("HF export", False, f"no finished save with an HF export under {checkpoint_root}", "one")]
     return [
         _export_report(export.directory, initial_model),
-        _export_was_trained(export.directory, initial_model),
+        _export_was_trained(export.directory, initial_model, "export was trained"),
+        _export_was_trained(export.directory, initial_model, "vision tower was trained", VISION_TENSORS),
         _watcher_report(export.directory),
     ]
 
 
-def smoke_verdict(metrics_file: Path, steps: int, checkpoint_root: Path, initial_model: Path) -> Verdict:
-    """Judge a finished smoke run from its metrics file and its newest save."""
+def judge_images(
+    metrics: Mapping[int, Mapping[str, float]], steps: int, data: PromptLengths | str
+) -> Check:
+    """Images reached the rollout: at every step the shortest and the longest prompt are lengths of the data's own
+    prompts counted with their images (recipe.data.prompt_lengths); `data` is those lengths, or why they are not
+    known. A prompt whose image was dropped, or not expanded into its image tokens, has another length."""
+    name = "images reached the rollout"
+    if isinstance(data, str):
+        return Check(name, False, f"the data's prompts cannot be counted: {data}", "every step's prompts have images")
+    if not any(data.image_tokens):
+        return Check(name, True, "the training data have no images: nothing to check", "none")
+    lengths = set(data.tokens)
+    shown = ", ".join(map(str, sorted(lengths)[:3])) + (" ..." if len(lengths) > 3 else "")
+    per_prompt = sorted(set(data.image_tokens))
+    images = f"{per_prompt[0]}" if len(per_prompt) == 1 else f"{per_prompt[0]} to {per_prompt[-1]}"
+    limit = f"{PROMPT_MIN} and {PROMPT_MAX} are the data's prompt lengths with images ({shown}) at every step"
+    wrong: list[str] = []
+    for step in (step for step in range(1, steps + 1) if step in metrics):
+        low, high = metrics[step].get(PROMPT_MIN), metrics[step].get(PROMPT_MAX)
+        if low is None or high is None:
+            wrong.append(f"step {step}: not logged")
+        elif low not in lengths or high not in lengths:
+            wrong.append(f"step {step}: {low:g} to {high:g} tokens")
+    if wrong:
+        return Check(name, False, "; ".join(wrong), limit)
+    return Check(name, True, f"{images} image tokens in every prompt (prompts of {shown} tokens)", limit)
+
+
+def count_training_prompts(train_file: Path, model: Path) -> PromptLengths | str:
+    """The training data's prompt lengths with images, or why they cannot be counted (never raises)."""
+    from recipe.data.prompt_lengths import PromptCounter, count_parquet
+
     try:
-        checks = judge_metrics(read_metrics(metrics_file), steps)
+        return count_parquet(train_file, PromptCounter(model))
+    except Exception as error:  # noqa: BLE001  any failure is the check's failure, said in one line
+        return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+
+
+def smoke_verdict(
+    metrics_file: Path, steps: int, checkpoint_root: Path, initial_model: Path, prompts: PromptLengths | str
+) -> Verdict:
+    """Judge a finished smoke run from its metrics file, its training data's prompt lengths (count_training_prompts)
+    and its newest save."""
+    try:
+        metrics = read_metrics(metrics_file)
     except MetricsError as error:
         checks = [Check("steps", False, str(error), f"every step 1..{steps}")]
+    else:
+        checks = [*judge_metrics(metrics, steps), judge_images(metrics, steps, prompts)]
     return Verdict(tuple(checks + judge_export(checkpoint_root, initial_model)))

@@ -163,12 +163,13 @@ def test_run_gets_the_checked_plan_and_the_progress_choice(
 
 def test_prepare_data_writes_under_data_dir_without_a_layout(env: pytest.MonkeyPatch, monkeypatch: pytest.MonkeyPatch) -> None:
     env.setenv("DATA_DIR", "/srv/data")
+    env.setenv("MODEL_PATH", "/srv/model")  # whose processor counts the prompts' tokens
     env.setenv("TP", "3")  # a layout that `plan` refuses: preparing data needs none
     handler = Recorder()
     monkeypatch.setattr(cli, "run_prepare_data", handler)
     assert cli.main(["prepare-data", "gsm8k"]) == 0
-    [(args, data_dir, _)] = handler.calls
-    assert (args.dataset, data_dir) == ("gsm8k", Path("/srv/data"))
+    [(args, data_dir, model_dir, _)] = handler.calls
+    assert (args.dataset, data_dir, model_dir) == ("gsm8k", Path("/srv/data"), Path("/srv/model"))
 
 
 def test_export_gets_the_experiments_checkpoints_the_model_and_the_strictness(

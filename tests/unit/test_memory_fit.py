@@ -176,12 +176,13 @@ def test_a_device_too_small_for_the_fixed_terms_is_refused(values: dict[str, str
     assert f"the {phase}" in line and "DEVICE_MEMORY_GIB" in line and "actor gradients" in line
 
 
-@pytest.mark.parametrize(("gib", "where"), [("35", "within 10% of it"), ("32", "over it")])
+@pytest.mark.parametrize(("gib", "where"), [("36", "within 10% of it"), ("33", "over it")])
 def test_an_estimate_near_or_over_the_device_by_batch_terms_warns_and_the_plan_still_runs(gib: str, where: str) -> None:
-    """Actor phase: 30.6 GiB fixed + 2.0 GiB that grow with the micro-batch; only fixed terms refuse a layout."""
+    """Actor phase: 30.6 GiB fixed + 3.1 GiB that grow with the micro-batch (the vision tower's activations among
+    them); only fixed terms refuse a layout."""
     plan = _plan(DEVICE_MEMORY_GIB=gib)
     (warning,) = plan.memory.warnings()
-    assert "actor phase" in warning and f"32.7 of {gib}.0 GiB per device, {where}" in warning
+    assert "actor phase" in warning and f"33.7 of {gib}.0 GiB per device, {where}" in warning
     assert f"warning  {warning}" in plan.to_text()
 
 
@@ -316,6 +317,9 @@ def test_every_term_of_the_default_gpu_plan_is_docs_memory_md_s_formula() -> Non
         "one layer recomputed": (34 * tokens * 2048 / 2, False),
         "MoE dispatch buffers": (tokens * 8 * (2 * 2048 + 3 * 512) * 2, False),
         "fp32 logits": (tokens * 248320 / 2 * 4, False),
+        # Images: half of the micro-batch's prompt share (1024 of 3072 tokens), 2x2 patches each through 27 blocks
+        # of 1152, 34 bytes an element, over TP 2.
+        "vision tower activations": (tokens * 1024 / 3072 / 2 * 4 * 1152 * 27 * 34 / 2, False),
     }
     assert terms["rollout phase"] == {"vLLM pool (0.6 x device)": (0.6 * 80 * gib, True)}
     assert terms["host RAM per node"] == {

@@ -43,6 +43,10 @@ ACTIVATIONS = [
     ("one layer recomputed", 34 * TOKENS * 2048 / 2, False, f"{SHORTER}, TP"),
     ("MoE dispatch buffers", TOKENS * 8 * (2 * 2048 + 3 * 512) * 2 / 2, False, f"{SHORTER}, ETP"),
     ("fp32 logits", TOKENS * 248320 / 2 * 4, False, f"{SHORTER}, TP"),
+    # Half of the micro-batch's prompt share (1000 of 4000 tokens) are image tokens, each 2x2 patches through 27 vision
+    # blocks of 1152, 34 bytes an element (none recomputed), over TP.
+    ("vision tower activations", TOKENS * 1000 / 4000 / 2 * 4 * 1152 * 27 * 34 / 2, False,
+     f"{SHORTER}, data.max_prompt_length, TP"),
 ]
 
 
@@ -130,7 +134,7 @@ def test_the_text_table_shows_every_phase_with_its_capacity_and_every_term_in_gi
     found = estimate(SIZES, LAYOUT, KEPT, "gpu", 80, "an H100")
     assert found.to_text() == [
         "80 GiB per device: an H100",
-        "actor phase (training)                            34.0 of 80.0 GiB",
+        "actor phase (training)                            35.0 of 80.0 GiB",
         "  actor weights (bf16)                             5.3",
         "  actor gradients (fp32)                          10.6",
         "  optimizer state on the device (fp32)            10.2",
@@ -139,6 +143,7 @@ def test_the_text_table_shows_every_phase_with_its_capacity_and_every_term_in_gi
         "  one layer recomputed                             0.1",
         "  MoE dispatch buffers                             0.2",
         "  fp32 logits                                      1.9",
+        "  vision tower activations                         1.0",
         "rollout phase (vLLM awake)                        87.5 of 80.0 GiB",
         "  actor weights and gradients kept                15.9",
         "  reference weights kept                           5.3",
@@ -151,18 +156,30 @@ def test_the_text_table_shows_every_phase_with_its_capacity_and_every_term_in_gi
             "vLLM: weights 16.3 GiB, sampler logits 0.1 GiB, KV cache 39.6 GiB in its pool; one full-length sequence "
             "takes 0.053 GiB (10240 B per token, 15 MiB of DeltaNet state)"
         ),
+        (
+            "vision tower: activations for 512 image tokens a micro-batch, assuming images take 50% of each prompt "
+            "and no vision block is recomputed (prepare-data measures yours)"
+        ),
     ]
 
 
 def test_the_vllm_note_on_npu_says_the_deltanet_state_is_doubled_by_vllm_ascend() -> None:
     found = estimate(SIZES, LAYOUT, MOVED, "npu", 64, "test")
-    (note,) = found.notes
+    note, vision = found.notes
+    assert vision.startswith("vision tower: activations for 512 image tokens a micro-batch")
     assert note == (
         "vLLM: weights 16.3 GiB, sampler logits 0.1 GiB, KV cache 28.4 GiB in its pool; one full-length sequence takes "
         "0.068 GiB (10240 B per token, 31 MiB of DeltaNet state, doubled by vllm-ascend's page padding "
         "(vllm-ascend#7393))"
     )
-    assert found.to_text()[-1] == note
+    assert found.to_text()[-2:] == [note, vision]
+
+
+def test_a_text_model_has_no_vision_term_and_no_vision_note() -> None:
+    text_only = replace(SIZES, vision=0, vision_activation_bytes_per_image_token=0)
+    found = estimate(text_only, LAYOUT, KEPT, "gpu", 80, "an H100")
+    assert not any(term.name.startswith("vision") for phase in found.phases for term in phase.terms)
+    assert len(found.notes) == 1
 
 
 def test_plan_json_has_the_device_its_source_the_phases_and_the_notes() -> None:

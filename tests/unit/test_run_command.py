@@ -195,3 +195,32 @@ def test_the_node_s_ram_is_memtotal_or_a_lower_container_limit(tmp_path: Path) -
     limit.write_text(f"{1 << 30}\n")
     assert node_memory_bytes(meminfo, limit) == 1 << 30
     assert node_memory_bytes(tmp_path / "absent", tmp_path / "absent") is None
+
+
+def _manifest_for(train: Path, tokens: list[int]) -> None:
+    """prepare-data's manifest.json beside `train`, naming it with its sha256 and its prompts' lengths."""
+    import hashlib
+
+    (train.parent / "manifest.json").write_text(json.dumps({
+        "files": {"train": {"file": train.name, "rows": len(tokens), "sha256": hashlib.sha256(train.read_bytes()).hexdigest()}},
+        "prompt_tokens": {"train": {"rows": len(tokens), "tokens": tokens}},
+    }))  # fmt: skip
+
+
+def test_run_warns_before_the_trainer_when_the_prompt_budget_drops_rows(tmp_path: Path, model: Path) -> None:
+    """prepare-data counted the prompts (images included): 3 of 100 are over the planned data.max_prompt_length
+    (1024), so `run` says so, with the length that keeps 99 %, before the trainer starts; the run goes on."""
+    env = run_environment(tmp_path, model, **layout_of_one())
+    _manifest_for(tmp_path / "train.parquet", [500] * 97 + [1100, 1200, 1300])
+    done = cli(["run"], env)
+    assert done.returncode == 0, done.stderr
+    assert recorded(tmp_path) is not None, "the trainer never ran"
+    assert (
+        "data.max_prompt_length=1024: verl will drop 3 of the 100 training rows (3.0 %) as too long, without a word "
+        "(their prompts, counted with their images by prepare-data, are longer); 1200 keeps 99 %: "
+        "`-- data.max_prompt_length=1200` (plan shows what it costs in memory)"
+    ) in done.stderr
+    # Within budget (an override after `--` raises it), or a manifest for another file: no warning.
+    assert "verl will drop" not in cli(["run", "--", "data.max_prompt_length=1300"], env).stderr
+    (tmp_path / "train.parquet").write_bytes(b"changed")
+    assert "verl will drop" not in cli(["run"], env).stderr

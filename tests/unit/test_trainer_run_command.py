@@ -461,6 +461,8 @@ def verdicts(monkeypatch: pytest.MonkeyPatch) -> Judge:
 
     judge = Judge()
     monkeypatch.setattr(recipe.smoke.verdict, "smoke_verdict", judge)
+    # The training prompts' lengths: counted from the plan's training file with the trainer's model.
+    monkeypatch.setattr(recipe.smoke.verdict, "count_training_prompts", lambda data, model: ("counted", data, model))
     return judge
 
 
@@ -482,7 +484,9 @@ def test_a_smoke_run_builds_its_assets_then_prints_and_writes_its_verdict(
     # The metrics verl's file logger wrote, the profile's 3 steps, the saves, the model the trainer was told to load.
     trained = Path(override_value(plan.overrides, "actor_rollout_ref.model.path") or "")
     assert trained.name == "model" and trained.parent.name == "smoke-assets"
-    assert args == (Path(str(plan.env["VERL_FILE_LOGGER_PATH"])), 3, root, trained)
+    data = Path(override_value(plan.overrides, "data.train_files") or "")
+    assert data.name == "train.parquet" and data.parent.parent.name == "smoke-assets"
+    assert args == (Path(str(plan.env["VERL_FILE_LOGGER_PATH"])), 3, root, trained, ("counted", data, trained))
     out = capsys.readouterr().out
     assert out.endswith("smoke verdict:\n  PASS  steps  3 of 3  (limit: every step 1..3)\nsmoke: PASS\n")
     written = json.loads((root / "smoke-verdict.json").read_text())

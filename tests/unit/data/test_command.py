@@ -56,6 +56,7 @@ def test_default_output_is_data_dir_slash_dataset_and_lines_go_to_stdout(
     assert out.out.splitlines() == [
         f"wrote {train}: 5 rows, {train.stat().st_size} bytes",
         f"wrote {test}: 3 rows, {test.stat().st_size} bytes",
+        "prompt lengths: not counted: no model given",
     ]
     assert f"loading geo3k from {geo3k_source}" in out.err
 

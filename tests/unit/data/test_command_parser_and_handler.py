@@ -71,7 +71,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """Replace prepare_dataset with a recorder that writes nothing and reports two files."""
     recorded: list[dict[str, Any]] = []
 
-    def fake(name: str, out_dir: Path, source: str | None, *, max_image_bytes: int) -> PreparedData:
+    def fake(name: str, out_dir: Path, source: str | None, *, max_image_bytes: int, model_dir: Path | None) -> PreparedData:
         recorded.append(
             {
                 "name": name,
@@ -175,6 +175,7 @@ def test_success_prints_one_line_per_file_on_stdout(
     printed = capsys.readouterr()
     assert printed.out == (
         f"wrote {tmp_path / 'train.parquet'}: 5 rows, 1234 bytes\nwrote {tmp_path / 'test.parquet'}: 3 rows, 987 bytes\n"
+        "prompt lengths: not counted: no model given\n"
     )
     assert printed.err == ""
 

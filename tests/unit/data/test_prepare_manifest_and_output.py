@@ -77,6 +77,7 @@ def test_the_manifest_names_the_source_and_each_files_rows_and_hash(source: Path
             "train": {"file": "train.parquet", "rows": 2, "sha256": sha256(out / "train.parquet")},
             "test": {"file": "test.parquet", "rows": 1, "sha256": sha256(out / "test.parquet")},
         },
+        "prompt_tokens": "not counted: no model given",
     }
     assert manifest["source"]["content_sha256"] == source_revision(GSM8K, source)["content_sha256"]
 
@@ -383,7 +384,9 @@ def test_the_result_names_each_file_with_its_rows_and_size(source: Path, tmp_pat
     with pytest.raises(KeyError) as caught:
         prepared.path("validation")
     assert caught.value.args == ("validation",)
-    assert prepared.summary() == [f"wrote {f.path}: {f.rows} rows, {f.bytes} bytes" for f in prepared.files]
+    assert prepared.summary() == [
+        *(f"wrote {f.path}: {f.rows} rows, {f.bytes} bytes" for f in prepared.files), "prompt lengths: not counted: no model given"
+    ]
 
 
 def test_the_batch_size_is_rows_per_row_group(tmp_path: Path) -> None:
@@ -651,3 +654,39 @@ def test_an_interrupted_write_removes_the_folders_it_made(
     with pytest.raises(KeyboardInterrupt):
         prepare_dataset("gsm8k", tmp_path / "new" / "out", source, progress=quiet)
     assert not (tmp_path / "new").exists()
+
+
+def test_prompt_lengths_are_counted_with_the_model_and_written_to_the_manifest(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a model, each split's prompts are counted (a stand-in counter here: the real one needs the model's
+    processor and is tested against verl in tests/e2e/test_image_data.py) into the manifest and the summary."""
+    import recipe.data.prompt_lengths as prompt_lengths
+    from recipe.data.prompt_lengths import RowLength
+
+    class Counter:
+        def __init__(self, model_dir: Path) -> None:
+            assert model_dir == model
+
+        def count(self, row: dict[str, Any]) -> RowLength:
+            return RowLength(len(row["prompt"][0]["content"]), 0)
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setattr(prompt_lengths, "PromptCounter", Counter)
+    out = tmp_path / "out"
+    prepared = prepare_dataset("gsm8k", out, source, progress=quiet, model_dir=model)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert isinstance(prepared.prompt_lengths, dict) and sorted(prepared.prompt_lengths) == ["test", "train"]
+    for split, rows in (("train", 2), ("test", 1)):
+        counted = manifest["prompt_tokens"][split]
+        assert counted["rows"] == rows and counted["tokens"] == sorted(counted["tokens"]) and len(counted["tokens"]) == rows
+        assert f"prompt lengths ({split}): {prepared.prompt_lengths[split].describe()}" in prepared.summary()
+    # A model folder without config.json, or a processor that cannot load, is said and the files are written anyway.
+    assert prepare_dataset("gsm8k", tmp_path / "o2", source, progress=quiet, model_dir=tmp_path).prompt_lengths == (
+        f"not counted: no model at MODEL_PATH={tmp_path} (image tokens depend on the model's processor)"
+    )
+    monkeypatch.setattr(prompt_lengths, "PromptCounter", lambda model_dir: (_ for _ in ()).throw(OSError("no processor")))
+    broken = prepare_dataset("gsm8k", tmp_path / "o3", source, progress=quiet, model_dir=model)
+    assert broken.prompt_lengths == f"not counted with {model}'s processor (OSError: no processor)"

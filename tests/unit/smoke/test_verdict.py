@@ -24,7 +24,10 @@ from recipe.smoke.verdict import (
     GRAD_NORM,
     PROBS_DIFF_LIMIT,
     PROBS_DIFF_MAX,
+    PROMPT_MAX,
+    PROMPT_MIN,
     MetricsError,
+    judge_images,
     judge_metrics,
     read_metrics,
     smoke_verdict,
@@ -33,8 +36,9 @@ from tests.support.needs import needs
 
 RECORDED = Path(__file__).parent / "data" / "recorded_metrics.jsonl"
 STEPS = 2
-#: A tensor of the smoke model every save carries (the final norm).
-TRAINED = "model.language_model.norm.weight"
+#: The first tensor (in name order) of the smoke model, and of its vision tower, that the CPU e2e's run changed.
+TRAINED = "lm_head.weight"
+VISION = "model.visual.blocks.0.attn.proj.bias"
 
 
 def write_metrics(path: Path, change: Callable[[dict[int, dict[str, Any]]], None] = lambda _: None) -> Path:
@@ -45,14 +49,17 @@ def write_metrics(path: Path, change: Callable[[dict[int, dict[str, Any]]], None
     return path
 
 
-def export_of(model: Path, target: Path, trained: bool) -> Path:
-    """A copy of `model` as an export: its weights, with TRAINED +1 when `trained` (so it differs from `model`)."""
+def export_of(model: Path, target: Path, trained: bool, vision_trained: bool | None = None) -> Path:
+    """A copy of `model` as an export: its weights, with TRAINED +1 when `trained` and VISION +1 when `vision_trained`
+    (by default as `trained`), so that they differ from `model`'s."""
     from safetensors.torch import load_file, save_file
 
     shutil.copytree(model, target)
-    if trained:
+    changed = [name for name, on in ((TRAINED, trained), (VISION, trained if vision_trained is None else vision_trained)) if on]
+    if changed:
         tensors = load_file(target / "model.safetensors")
-        tensors[TRAINED] = tensors[TRAINED] + 1
+        for name in changed:
+            tensors[name] = tensors[name] + 1
         save_file(tensors, target / "model.safetensors", metadata={"format": "pt"})
     return target
 
@@ -64,6 +71,60 @@ def failed(checks: list[Any]) -> list[str]:
 def test_the_recorded_run_passes() -> None:
     checks = judge_metrics(read_metrics(RECORDED), STEPS)
     assert failed(checks) == [] and len(checks) == 4
+
+
+def _lengths(tokens: list[int], image_tokens: list[int]) -> Any:
+    from recipe.data.prompt_lengths import PromptLengths, RowLength
+
+    return PromptLengths.of(RowLength(t, i) for t, i in zip(tokens, image_tokens))
+
+
+#: The smoke data's prompts as counted with their images (tests/unit/smoke/test_dataset.py checks the count).
+SMOKE_PROMPTS = ([76] * 64, [4] * 64)
+
+
+def test_the_recorded_image_run_passes_the_image_check() -> None:
+    check = judge_images(read_metrics(RECORDED), STEPS, _lengths(*SMOKE_PROMPTS))
+    assert check.passed, check
+    assert check.measured == "4 image tokens in every prompt (prompts of 76 tokens)"
+
+
+@pytest.mark.parametrize(
+    ("name", "low", "high"),
+    [
+        # The same prompts without their 4 image tokens: the images were dropped before the processor.
+        ("images dropped", 72, 72),
+        # The `<image>` placeholder left as text (7 bytes) instead of the vision markers and 4 tokens (6): verl read no
+        # image column.
+        ("placeholder kept as text", 77, 77),
+        ("one prompt of the batch without its image", 72, 76),
+    ],
+)
+def test_a_run_whose_images_were_dropped_fails_the_image_check(name: str, low: int, high: int, tmp_path: Path) -> None:
+    def drop(steps: dict[int, dict[str, Any]]) -> None:
+        steps[2].update({PROMPT_MIN: low, PROMPT_MAX: high})
+
+    check = judge_images(read_metrics(write_metrics(tmp_path / "m.jsonl", drop)), STEPS, _lengths(*SMOKE_PROMPTS))
+    assert not check.passed, name
+    assert check.measured == f"step 2: {low} to {high} tokens"
+
+
+@given(st.lists(st.integers(1, 600), min_size=1, max_size=8), st.integers(1, 600), st.integers(1, 600))
+def test_the_image_check_passes_exactly_when_both_ends_are_the_datas_lengths(
+    data: list[int], low: int, high: int
+) -> None:
+    metrics = {1: {PROMPT_MIN: float(low), PROMPT_MAX: float(high)}}
+    check = judge_images(metrics, 1, _lengths(data, [4] * len(data)))
+    assert check.passed == (low in data and high in data)
+
+
+def test_text_only_data_and_uncountable_data() -> None:
+    metrics = read_metrics(RECORDED)
+    assert judge_images(metrics, STEPS, _lengths([120, 130], [0, 0])).passed  # the user's text data: nothing to see
+    uncountable = judge_images(metrics, STEPS, "OSError: no processor")
+    assert not uncountable.passed and uncountable.measured == "the data's prompts cannot be counted: OSError: no processor"
+    missing = judge_images({1: {}, 2: {}}, STEPS, _lengths(*SMOKE_PROMPTS))
+    assert not missing.passed and missing.measured == "step 1: not logged; step 2: not logged"
 
 
 @pytest.mark.parametrize(
@@ -118,14 +179,16 @@ def test_any_file_content_is_metrics_or_a_metrics_error(content: str) -> None:
 # --- the whole verdict: metrics and the newest save -------------------------------------------------------------
 
 
-def _run(tmp_path: Path, built: SmokeAssets, trained: bool, report: bool = True) -> tuple[Path, Path]:
+def _run(
+    tmp_path: Path, built: SmokeAssets, trained: bool, report: bool = True, vision_trained: bool | None = None
+) -> tuple[Path, Path]:
     """A finished smoke run: its metrics file and root (global_step_2 with an HF export, its manifest, the watcher's report)."""
     needs("safetensors", install="the trainer extra")
     from recipe.export.watch import HFExport, check_export
 
     root = tmp_path / "root"
     actor = root / "global_step_2" / "actor"
-    export = export_of(built.model_path, actor / "model" / "huggingface", trained)
+    export = export_of(built.model_path, actor / "model" / "huggingface", trained, vision_trained)
     (actor / "ckpt_contents.json").write_text("{}")
     if report:
         check_export(HFExport(2, export, True), reference=built.model_path)
@@ -134,11 +197,11 @@ def _run(tmp_path: Path, built: SmokeAssets, trained: bool, report: bool = True)
 
 def test_a_good_run_passes_with_every_check(tmp_path: Path, built: SmokeAssets) -> None:
     metrics, root = _run(tmp_path, built, trained=True)
-    verdict = smoke_verdict(metrics, STEPS, root, built.model_path)
+    verdict = smoke_verdict(metrics, STEPS, root, built.model_path, _lengths(*SMOKE_PROMPTS))
     assert verdict.passed, verdict.to_text()
     assert [check.name for check in verdict.checks] == [
         "steps", "rewards vary within a prompt's group", "gradients", "rollout matches actor",
-        "HF export", "export was trained", "export watcher",
+        "images reached the rollout", "HF export", "export was trained", "vision tower was trained", "export watcher",
     ]  # fmt: skip
     assert verdict.to_text().splitlines()[-1] == "smoke: PASS"
     assert json.loads(verdict.to_json())["passed"] is True
@@ -146,8 +209,8 @@ def test_a_good_run_passes_with_every_check(tmp_path: Path, built: SmokeAssets) 
 
 def test_an_export_of_the_initial_weights_fails(tmp_path: Path, built: SmokeAssets) -> None:
     metrics, root = _run(tmp_path, built, trained=False)
-    verdict = smoke_verdict(metrics, STEPS, root, built.model_path)
-    assert failed(list(verdict.checks)) == ["export was trained"]
+    verdict = smoke_verdict(metrics, STEPS, root, built.model_path, _lengths(*SMOKE_PROMPTS))
+    assert failed(list(verdict.checks)) == ["export was trained", "vision tower was trained"]
     assert verdict.to_text().splitlines()[-1] == "smoke: FAIL"
     assert "export was trained: the export holds the initial weights" in verdict.to_text()
 
@@ -160,13 +223,34 @@ def test_a_broken_export_and_no_watcher_report_fail(tmp_path: Path, built: Smoke
     tensors = load_file(shard)
     del tensors["model.language_model.layers.0.mlp.shared_expert.down_proj.weight"]
     save_file(tensors, shard, metadata={"format": "pt"})
-    verdict = smoke_verdict(metrics, STEPS, root, built.model_path)
+    verdict = smoke_verdict(metrics, STEPS, root, built.model_path, _lengths(*SMOKE_PROMPTS))
     assert failed(list(verdict.checks)) == ["HF export", "export watcher"]
     assert "BROKEN" in verdict.to_text()
 
 
 def test_no_metrics_file_fails_the_steps_check(tmp_path: Path, built: SmokeAssets) -> None:
     _, root = _run(tmp_path, built, trained=True)
-    verdict = smoke_verdict(tmp_path / "absent.jsonl", STEPS, root, built.model_path)
+    verdict = smoke_verdict(tmp_path / "absent.jsonl", STEPS, root, built.model_path, _lengths(*SMOKE_PROMPTS))
     assert failed(list(verdict.checks)) == ["steps"]
     assert "cannot read the metrics" in verdict.checks[0].measured
+
+
+def test_an_export_whose_vision_tower_never_moved_fails_that_check(tmp_path: Path, built: SmokeAssets) -> None:
+    """The language model trained, the vision tower did not (no image reached the actor, or a frozen tower)."""
+    metrics, root = _run(tmp_path, built, trained=True, vision_trained=False)
+    verdict = smoke_verdict(metrics, STEPS, root, built.model_path, _lengths(*SMOKE_PROMPTS))
+    assert failed(list(verdict.checks)) == ["vision tower was trained"]
+    check = next(check for check in verdict.checks if check.name == "vision tower was trained")
+    assert check.measured == "all 33 shared visual tensors equal the initial model's"
+
+
+def test_the_docs_example_is_what_the_recorded_run_prints(tmp_path: Path, built: SmokeAssets) -> None:
+    """docs/smoke.md shows the block of the CPU e2e's uninterrupted run: its recorded metrics, the smoke data's
+    prompt lengths and an export of the real smoke model that changed the tensors that run changed first print it
+    byte for byte."""
+    metrics, root = _run(tmp_path, built, trained=True)
+    verdict = smoke_verdict(metrics, STEPS, root, built.model_path, _lengths(*SMOKE_PROMPTS))
+    assert verdict.passed
+    block = "".join(f"    {line}\n" for line in verdict.to_text().splitlines())
+    docs = Path(__file__).resolve().parents[3] / "docs" / "smoke.md"
+    assert block in docs.read_text(encoding="utf-8"), block

@@ -1,0 +1,68 @@
+"""Before the trainer starts: would data.max_prompt_length drop training rows? verl 0.9.1 drops them without a word.
+
+`prepare-data` counts every prompt in tokens with the model's processor, text and images
+(recipe.data.prompt_lengths), and writes the sorted lengths into the manifest.json beside the
+parquet files. `run` reads them back here, as hostile input: a manifest that is missing, not
+JSON, not for this very file (its sha256) or not a list of lengths is no answer, said in one
+line at INFO, never a failure: the count is advice, the data were already checked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from recipe.data.prepare import MANIFEST_NAME
+from recipe.data.prompt_lengths import KEEP_SHARE, PromptLengths, RowLength
+from recipe.digests import FileRefused, sha256_file
+
+#: Warn when the limit drops more than this share of the training rows.
+DROP_WARN_SHARE = 0.01
+#: A manifest larger than this is not prepare-data's (2 million rows of lengths are about 16 MB).
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+def recorded_lengths(train_file: Path) -> PromptLengths | str:
+    """The training prompts' lengths that prepare-data recorded for exactly this file, or why there are none."""
+    manifest = train_file.parent / MANIFEST_NAME
+    try:
+        if manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            return f"{manifest}: larger than {MAX_MANIFEST_BYTES >> 20} MiB, not prepare-data's"
+        record = json.loads(manifest.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"no {MANIFEST_NAME} beside {train_file} (prepare-data writes one)"
+    except (OSError, ValueError) as error:
+        return f"{manifest}: unreadable ({type(error).__name__})"
+    files = record.get("files") if isinstance(record, dict) else None
+    tokens = record.get("prompt_tokens") if isinstance(record, dict) else None
+    split = next((name for name, entry in (files or {}).items()
+                  if isinstance(entry, dict) and entry.get("file") == train_file.name), None) if isinstance(files, dict) else None  # fmt: skip
+    if split is None:
+        return f"{manifest}: names no file {train_file.name}"
+    if isinstance(tokens, str):
+        return f"prepare-data did not count the prompts ({tokens})"
+    lengths = tokens.get(split, {}).get("tokens") if isinstance(tokens, dict) and isinstance(tokens.get(split), dict) else None
+    if not isinstance(lengths, list) or not all(type(n) is int and 0 <= n < 2**31 for n in lengths):
+        return f"{manifest}: prompt_tokens.{split}.tokens is not a list of token counts"
+    try:
+        if sha256_file(train_file) != files[split].get("sha256"):
+            return f"{manifest} describes another {train_file.name} (its sha256 differs): run prepare-data again"
+    except (FileRefused, OSError) as error:
+        return f"{train_file}: cannot be hashed ({type(error).__name__})"
+    return PromptLengths.of(RowLength(n, 0) for n in lengths)
+
+
+def prompt_budget_warning(lengths: PromptLengths, max_prompt_length: int) -> str | None:
+    """One line when `max_prompt_length` drops more than DROP_WARN_SHARE of the rows, naming the length that keeps
+    KEEP_SHARE; None otherwise."""
+    rows = len(lengths.tokens)
+    dropped = lengths.dropped_by(max_prompt_length)
+    if not rows or dropped <= DROP_WARN_SHARE * rows:
+        return None
+    keep = lengths.percentile(KEEP_SHARE)
+    return (
+        f"data.max_prompt_length={max_prompt_length}: verl will drop {dropped} of the {rows} training rows "
+        f"({100 * dropped / rows:.1f} %) as too long, without a word (their prompts, counted with their images by "
+        f"prepare-data, are longer); {keep} keeps {100 * KEEP_SHARE:g} %: `-- data.max_prompt_length={keep}` "
+        "(plan shows what it costs in memory)"
+    )

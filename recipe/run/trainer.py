@@ -141,7 +141,8 @@ def _warn_about_prompt_budget(plan: Plan) -> None:
     limit = override_value(plan.overrides, "data.max_prompt_length")
     lengths = recorded_lengths(plan.settings.resolved_train_files)
     if isinstance(lengths, str) or limit is None or not limit.isdigit():
-        logger.info("prompt lengths against data.max_prompt_length: not checked (%s)", lengths if isinstance(lengths, str) else f"data.max_prompt_length={limit}")
+        why = lengths if isinstance(lengths, str) else f"data.max_prompt_length={limit}"
+        logger.info("prompt lengths against data.max_prompt_length: not checked (%s)", why)
         return
     warning = prompt_budget_warning(lengths, int(limit))
     if warning:

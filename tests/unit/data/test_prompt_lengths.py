@@ -102,6 +102,18 @@ def test_a_manifest_that_does_not_hold_for_this_file_is_a_reason(
     assert isinstance(answer, str) and answer.endswith(reason)
 
 
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [(b"[" * 100_000 + b"]" * 100_000, "unreadable (RecursionError)"), (b"\xff\xfe{", "unreadable (UnicodeDecodeError)"),
+     (b"{", "unreadable (JSONDecodeError)"), (b"[1, 2]", "names no file train.parquet")],
+)  # fmt: skip
+def test_a_manifest_that_is_no_json_document_of_ours_is_a_reason(tmp_path: Path, content: bytes, reason: str) -> None:
+    train = tmp_path / "train.parquet"
+    train.write_bytes(b"x")
+    (tmp_path / "manifest.json").write_bytes(content)
+    assert recorded_lengths(train) == f"{tmp_path / 'manifest.json'}: {reason}"
+
+
 def test_no_manifest_and_a_text_count_are_reasons(tmp_path: Path) -> None:
     train = tmp_path / "train.parquet"
     train.write_bytes(b"x")

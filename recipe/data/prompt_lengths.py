@@ -117,7 +117,7 @@ class PromptLengths:
         return sum(1 for tokens in self.tokens if tokens > max_prompt_length)
 
     def summary(self) -> dict[str, Any]:
-        """Rows, min / median / p99 / max tokens, image tokens per row (mean), and the length that keeps 99 %."""
+        """Rows, min / median / p99 (the length that keeps 99 %) / max tokens, and image tokens per row (mean, max)."""
         if not self.tokens:
             return {"rows": 0}
         return {

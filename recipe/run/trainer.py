@@ -134,12 +134,17 @@ def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
     return execute(argv, env)
 
 
+def _training_file(plan: Plan) -> Path:
+    """The training parquet the trainer reads: the plan's data.train_files (an override after `--` included)."""
+    return Path(override_value(plan.overrides, "data.train_files") or plan.settings.resolved_train_files)
+
+
 def _warn_about_prompt_budget(plan: Plan) -> None:
     """One warning when data.max_prompt_length drops more than 1 % of the training rows (recipe.run.prompt_budget)."""
     from recipe.run.prompt_budget import prompt_budget_warning, recorded_lengths
 
     limit = override_value(plan.overrides, "data.max_prompt_length")
-    lengths = recorded_lengths(plan.settings.resolved_train_files)
+    lengths = recorded_lengths(_training_file(plan))
     if isinstance(lengths, str) or limit is None or not limit.isdigit():
         why = lengths if isinstance(lengths, str) else f"data.max_prompt_length={limit}"
         logger.info("prompt lengths against data.max_prompt_length: not checked (%s)", why)
@@ -231,8 +236,7 @@ def _judge_smoke(plan: Plan, code: int) -> int:
     steps = int(override_value(plan.overrides, "trainer.total_training_steps") or 0)
     model = Path(override_value(plan.overrides, "actor_rollout_ref.model.path") or plan.settings.model_path)
     root = checkpoint_root(plan.settings)
-    train_file = Path(override_value(plan.overrides, "data.train_files") or plan.settings.train_files)
-    prompts = count_training_prompts(train_file, model)
+    prompts = count_training_prompts(_training_file(plan), model)
     verdict = smoke_verdict(Path(str(plan.env[METRICS_VARIABLE])), steps, root, model, prompts)
     print(verdict.to_text(), flush=True)
     target = root / VERDICT_FILE

@@ -296,11 +296,12 @@ def judge_images(
 def count_training_prompts(train_file: Path, model: Path) -> PromptLengths | str:
     """The training data's prompt lengths with images, or why they cannot be counted (never raises)."""
     from recipe.data.prompt_lengths import PromptCounter, count_parquet
+    from recipe.data.source import describe_exception
 
     try:
         return count_parquet(train_file, PromptCounter(model))
     except Exception as error:  # noqa: BLE001  any failure is the check's failure, said in one line
-        return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        return describe_exception(error)
 
 
 def smoke_verdict(

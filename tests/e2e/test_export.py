@@ -67,22 +67,17 @@ def test_the_export_carries_the_trained_vision_tower_and_transformers_runs_an_im
     """The step-2 export's vision tower moved from the initial weights (gradients reached it, and Megatron-Bridge
     exported the trained values), and transformers loads the export and runs a smoke image prompt: finite logits,
     other than the initial model's for the same prompt and image."""
-    import io
-
-    import pyarrow.parquet as pq
     import torch
-    from PIL import Image
     from transformers import AutoProcessor, Qwen3_5MoeForConditionalGeneration
 
-    from recipe.data.prompt_lengths import verl_messages
+    from tests.e2e.harness.image_rows import prompt_and_image, smoke_rows
 
     before, after = hf_weights(e2e.assets.model), hf_weights(e2e.hf_export(2))
     vision = [name for name in changed_tensors(before, after) if ".visual." in name]
     assert vision, "no vision tensor of the export differs from the initial model's"
-    row = pq.read_table(e2e.assets.train_file).to_pylist()[0]
     processor = AutoProcessor.from_pretrained(e2e.assets.model)
-    text = processor.apply_chat_template(verl_messages(row["prompt"], 1), add_generation_prompt=True, tokenize=False)
-    inputs = processor(text=[text], images=[Image.open(io.BytesIO(row["images"][0]["bytes"]))], return_tensors="pt")
+    text, image = prompt_and_image(processor, smoke_rows(e2e.assets.train_file, 1)[0])
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
     logits = []
     for directory in (e2e.assets.model, e2e.hf_export(2)):
         model = Qwen3_5MoeForConditionalGeneration.from_pretrained(directory, dtype=torch.float32).eval()

@@ -124,22 +124,18 @@ def test_vision_tower_matches_transformers(megatron_and_hf: tuple[Any, Any]) -> 
     """The vision blocks' output, and the merged image embeddings with the merger's GELU as transformers has it,
     within 1e-5 (measured 2.4e-7 and 1.2e-7). See the next test for the merger's activation."""
     import torch
-    import torch.nn.functional as F
 
     megatron, hf = megatron_and_hf
     pixels, grid_thw = _image(hf)
     vision = megatron.vision_model
     blocks_out: list[Any] = []
     hook = vision.merger.register_forward_pre_hook(lambda _module, args: blocks_out.append(args[0]))
-    merger_activation = vision.merger.activation_func
-    vision.merger.activation_func = F.gelu
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _ExactMergerGelu(megatron):
             ours, _deepstack = vision(pixels, grid_thw)
             theirs = hf.model.visual(pixels, grid_thw=grid_thw)
     finally:
         hook.remove()
-        vision.merger.activation_func = merger_activation
     merged = (int(grid_thw.prod()) // hf.config.vision_config.spatial_merge_size**2, hf.config.vision_config.out_hidden_size)
     assert ours.shape == theirs.pooler_output.shape == merged
     blocks = blocks_out[0].reshape(theirs.last_hidden_state.shape)
@@ -174,22 +170,16 @@ IMAGE_GRADIENT_TOLERANCE = 1e-5
 def _image_prompts(smoke_model: Path, extra: tuple[int, ...]) -> list[dict[str, Any]]:
     """Rows 0 and 1 of the smoke training data as verl's agent loop encodes them (processor: input_ids, pixel_values,
     image_grid_thw), each followed by `extra[i]` random tokens standing in for a response (ragged lengths)."""
-    import io
-
-    import pyarrow.parquet as pq
     import torch
-    from PIL import Image
     from transformers import AutoProcessor
 
-    from recipe.data.prompt_lengths import verl_messages
+    from tests.e2e.harness.image_rows import prompt_and_image, smoke_rows
 
     processor = AutoProcessor.from_pretrained(smoke_model)
-    rows = pq.read_table(smoke_model.parent / "data" / "train.parquet").to_pylist()[: len(extra)]
     generator = torch.Generator().manual_seed(5)
     encoded = []
-    for row, n in zip(rows, extra):
-        text = processor.apply_chat_template(verl_messages(row["prompt"], 1), add_generation_prompt=True, tokenize=False)
-        image = Image.open(io.BytesIO(row["images"][0]["bytes"]))
+    for row, n in zip(smoke_rows(smoke_model.parent / "data" / "train.parquet", len(extra)), extra):
+        text, image = prompt_and_image(processor, row)
         inputs = processor(text=[text], images=[image], return_tensors="pt")
         response = torch.randint(0, 256, (n,), generator=generator)  # byte tokens
         encoded.append({

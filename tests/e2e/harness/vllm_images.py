@@ -7,28 +7,26 @@ row 0's prompt text with row 0's image and with row 1's image.
 
 from __future__ import annotations
 
-import io
 import json
 import sys
+from pathlib import Path
 
 
 def main(model: str, train_file: str) -> None:
-    import pyarrow.parquet as pq
-    from PIL import Image
     from transformers import AutoProcessor
     from vllm import LLM, SamplingParams
 
-    from recipe.data.prompt_lengths import verl_messages
+    from tests.e2e.harness.image_rows import prompt_and_image, smoke_rows
 
-    rows = pq.read_table(train_file).to_pylist()[:2]
+    rows = smoke_rows(Path(train_file), 2)
     processor = AutoProcessor.from_pretrained(model)
-    text = processor.apply_chat_template(verl_messages(rows[0]["prompt"], 1), add_generation_prompt=True, tokenize=False)
+    text, _ = prompt_and_image(processor, rows[0])  # row 0's text with each row's image
     llm = LLM(model=model, dtype="bfloat16", max_model_len=512, enforce_eager=True, seed=0,
               limit_mm_per_prompt={"image": 1, "video": 0}, enable_prefix_caching=False)  # fmt: skip
     params = SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0)
     runs = []
     for row in rows:
-        image = Image.open(io.BytesIO(row["images"][0]["bytes"])).convert("RGB")
+        _, image = prompt_and_image(processor, row)
         (out,) = llm.generate([{"prompt": text, "multi_modal_data": {"image": image}}], params, use_tqdm=False)
         ids = list(out.prompt_token_ids)
         logprobs = [entry[token].logprob for token, entry in zip(ids[1:], out.prompt_logprobs[1:])]

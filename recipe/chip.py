@@ -108,15 +108,38 @@ def mismatch(built_type: str | None, soc_version: int | None, soc_source: str) -
     )
 
 
-def assumed_chip(labels: dict[str, str] | None) -> tuple[Chip, str]:
-    """(the chip `plan` assumes on npu, why): the image's label, else the default CANN_CHIP."""
+def assumed_chip(labels: dict[str, str] | None, setting: Chip | None = None) -> tuple[Chip, str]:
+    """(the chip `plan` assumes on npu, why): the image's label, else the CANN_CHIP setting, else the default.
+
+    The label is a fact about the image (what its vllm-ascend was built for), so it wins; a
+    CANN_CHIP that contradicts it is chip_setting_problem's refusal. Outside an image (a laptop
+    planning for a node it has not rented yet) CANN_CHIP is all there is to go by.
+    """
     label = (labels or {}).get(CHIP_LABEL)
     if label in CHIPS:
         return label, f"the image's label {CHIP_LABEL}={label}"  # type: ignore[return-value]
+    if setting is not None:
+        where = "not in an image" if labels is None else f"the image has no {CHIP_LABEL} label"
+        return setting, f"CANN_CHIP={setting}, {where}"
     if label:
         return DEFAULT_CHIP, f"the image's label {CHIP_LABEL}={label!r} names no chip the recipe knows; default {DEFAULT_CHIP}"
     where = "not in an image" if labels is None else f"the image has no {CHIP_LABEL} label"
-    return DEFAULT_CHIP, f"{where}: the Dockerfile's default CANN_CHIP={DEFAULT_CHIP}"
+    other = next(chip for chip in CHIPS if chip != DEFAULT_CHIP)
+    return DEFAULT_CHIP, (
+        f"{where}: the Dockerfile's default CANN_CHIP={DEFAULT_CHIP}; for an {CHIPS[other].product} node set CANN_CHIP={other}"
+    )
+
+
+def chip_setting_problem(labels: dict[str, str] | None, setting: Chip | None) -> str | None:
+    """Why CANN_CHIP cannot be planned for in this image: its label names the other chip (None when it may)."""
+    label = (labels or {}).get(CHIP_LABEL)
+    if setting is None or label not in CHIPS or label == setting:
+        return None
+    return (
+        f"CANN_CHIP={setting}: this image is built for {label} ({CHIPS[label].product}; its label {CHIP_LABEL}), "
+        f"and its vllm-ascend would refuse {setting} NPUs; unset CANN_CHIP, or rebuild the image with "
+        f"CANN_CHIP={setting} (docker compose build npu)"
+    )
 
 
 #: Run in a fresh interpreter: what torch_npu says this node's NPU is (vllm-ascend's own source of the fact).

@@ -1,7 +1,7 @@
 """Subcommands and exit codes.
 
     plan [--json]   print the checked launch plan; needs no accelerator, imports no torch/ray/verl
-    run             check the machine too, then run verl's GRPO trainer (`-- key=value` adds Hydra overrides)
+    run             check the machine too, then run verl's GRPO trainer (OVERRIDES or `-- key=value` add Hydra overrides)
     prepare-data {geo3k,gsm8k} [--out DIR] [--source PATH]
                     write verl's train/test parquet (default into $DATA_DIR/<dataset>); 1 if it cannot fetch or write
 
@@ -78,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Read the settings from the environment, check them against the model's config.json (or the "
         "built-in profile) and the device's layout rules, compose the trainer's Hydra overrides against the "
         "installed verl, and print the layout, where each value came from and the exact trainer command. "
-        "Starts nothing and writes nothing. Extra Hydra overrides for verl go after `--`.",
+        "Starts nothing and writes nothing. Extra Hydra overrides for verl go in the OVERRIDES setting (the way "
+        "that works on every path: Compose, the Job, the RayJob) or after `--`; for a key in both, `--` wins.",
         usage="entrypoint.py plan [--json] [-- key=value ...]",
         exit_codes={0: "the plan is valid (printed)", 2: "bad settings or overrides: one `error:` line each on stderr"},
         examples=["TP=4 EP=8 python entrypoint.py plan", "python entrypoint.py plan --json -- actor_rollout_ref.actor.optim.lr=2e-6"],
@@ -89,9 +90,9 @@ def _parser() -> argparse.ArgumentParser:
         summary="check the machine, then run the trainer",
         description="Everything `plan` checks, then the machine: devices visible, the model's config.json, readable "
         "data files, a writable checkpoint directory, the trainer's packages and a sound HF export to resume "
-        "from. Then `python -m verl.trainer.main_ppo` runs with the plan's overrides, followed by any Hydra "
-        "overrides given after `--` (key=value, +key=value, ~key); an override replaces the recipe's value "
-        "for the same key. With NNODES > 1 it starts or joins the Ray cluster first.",
+        "from. Then `python -m verl.trainer.main_ppo` runs with the plan's overrides, followed by the user's Hydra "
+        "overrides (key=value, +key=value, ~key): OVERRIDES' first, then those after `--`; an override replaces "
+        "the recipe's value for the same key. With NNODES > 1 it starts or joins the Ray cluster first.",
         usage="entrypoint.py run [--progress | --no-progress] [-- key=value ...]",
         exit_codes={
             0: "the trainer finished",

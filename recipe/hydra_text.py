@@ -8,6 +8,15 @@ from __future__ import annotations
 
 import re
 
+#: Where the user's overrides go, the same on every path (plan, run, Compose, the Job, the RayJob).
+OVERRIDE_PLACES = "in OVERRIDES, or after `--` of plan and run"
+
+
+def override_hint(*overrides: str) -> str:
+    """A suggested override as every message names it: `key=value` and where it goes, true on every path."""
+    return f"`{' '.join(overrides)}` ({OVERRIDE_PLACES})"
+
+
 #: OmegaConf's marker of a mandatory value: a string that is exactly this is never a value.
 OMEGACONF_MISSING = "???"
 

@@ -82,13 +82,8 @@ def _pick(settings: Settings, name: str, default: int, label: str) -> tuple[int,
     return value, "environment"
 
 
-def resolve_layout(
-    settings: Settings, device: Device, model: ModelArchitecture, chip: Chip = DEFAULT_CHIP
-) -> ParallelLayout:
-    """Fill unset sizes with the device's defaults (on npu, NDEVICES_PER_NODE is the chip's), then check every rule.
-
-    Raises RecipeConfigError with one line per violated rule.
-    """
+def _layout_for(settings: Settings, device: Device, chip: Chip) -> ParallelLayout:
+    """The sizes the settings give, each unset one filled with the device's (on npu, the chip's) default."""
     chosen: dict[str, int] = {}
     sources: dict[str, str] = {}
     if settings.profile == "smoke":
@@ -102,7 +97,7 @@ def resolve_layout(
     for name, default in defaults.items():
         chosen[name], sources[name] = _pick(settings, name, default, label)
     sources["NNODES"] = "environment" if "NNODES" in settings.user_set() else "default"
-    layout = ParallelLayout(
+    return ParallelLayout(
         tp=chosen["TP"],
         pp=chosen["PP"],
         cp=chosen["CP"],
@@ -113,8 +108,42 @@ def resolve_layout(
         ndevices_per_node=chosen["NDEVICES_PER_NODE"],
         sources=sources,
     )
-    problems = layout_problems(layout, model, settings, DYNAMIC_BATCHING[device])
-    problems += known_failure_problems(layout, model, settings, device)
+
+
+def _all_problems(layout: ParallelLayout, model: ModelArchitecture, settings: Settings, device: Device) -> list[str]:
+    return layout_problems(layout, model, settings, DYNAMIC_BATCHING[device]) + known_failure_problems(
+        layout, model, settings, device
+    )
+
+
+def _other_chip_hint(settings: Settings, model: ModelArchitecture, chip: Chip) -> str | None:
+    """On npu, when the other chip's defaults would make this layout sound: say so, and what to set."""
+    for other in CHIPS:
+        if other == chip or not CHIP_DEFAULTS[other].keys() - settings.user_set():
+            continue
+        candidate = _layout_for(settings, "npu", other)
+        if not _all_problems(candidate, model, settings, "npu"):
+            changed = " ".join(f"{name}={CHIP_DEFAULTS[other][name]}" for name in sorted(CHIP_DEFAULTS[other]))
+            return (
+                f"CANN_CHIP: planned for {chip} ({CHIPS[chip].product}); on {other} ({CHIPS[other].product}) the "
+                f"defaults ({changed}) fit this layout: set CANN_CHIP={other} if the node is one, else set {changed}"
+            )
+    return None
+
+
+def resolve_layout(
+    settings: Settings, device: Device, model: ModelArchitecture, chip: Chip = DEFAULT_CHIP
+) -> ParallelLayout:
+    """Fill unset sizes with the device's defaults (on npu, NDEVICES_PER_NODE is the chip's), then check every rule.
+
+    Raises RecipeConfigError with one line per violated rule (on npu, and a line saying so when the
+    other chip's defaults would fit).
+    """
+    layout = _layout_for(settings, device, chip)
+    problems = _all_problems(layout, model, settings, device)
+    if problems and device == "npu" and settings.profile != "smoke":
+        hint = _other_chip_hint(settings, model, chip)
+        problems += [hint] if hint else []
     if problems:
         raise RecipeConfigError(problems)
     return layout

@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from recipe import __version__
 from recipe.allocator import AllocatorDecision, decide_allocator
 from recipe.checkpoint_tracker import TRACKER_NAME, ResumeCheckError, tracked_step_dir
-from recipe.chip import DEFAULT_CHIP, Chip, assumed_chip
+from recipe.chip import DEFAULT_CHIP, Chip, assumed_chip, chip_setting_problem
 from recipe.device import DeviceDetection, detect_device
 from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
@@ -38,6 +38,7 @@ from recipe.memory_fit import (
     workload_from_overrides,
 )
 from recipe.models import ModelSource, load_architecture
+from recipe.run_length import resume_point, total_steps
 from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
 from recipe.settings import Settings
@@ -45,6 +46,7 @@ from recipe.user_overrides import (
     check_user_overrides,
     decided_keys,
     merge_user_overrides,
+    user_overrides,
 )
 from recipe.verl_config import VerlConfigCheck, check_verl_config
 
@@ -75,6 +77,8 @@ class Plan:
     memory_skipped: str | None = None
     #: What the training data are, where the recipe makes them (the smoke profile's); None for the user's files.
     data: str | None = None
+    #: Where the trainer starts: a saved step or fresh, and the drift guard's verdict on it (recipe.run_length).
+    resume: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready document (secrets redacted)."""
@@ -93,6 +97,7 @@ class Plan:
             "chip": self.chip,
             "memory": self.memory.to_dict() if self.memory else {"skipped": self.memory_skipped},
             "data": self.data,
+            "resume": self.resume,
         }
 
     def to_json(self) -> str:
@@ -121,6 +126,8 @@ class Plan:
         if self.data:
             lines.append(f"data     {self.data}")
         lines.append("env      " + " ".join(f"{k}={'(unset)' if v is None else v}" for k, v in self.env.items()))
+        if self.resume:
+            lines.append(f"resume   {self.resume['text']}")
         for line in self.drift_accepted:
             lines.append(f"drift    {line}")
         python, flag, module, *overrides = self.argv
@@ -172,7 +179,9 @@ def build_plan(
 
         model_dir = shipped_model_dir()  # `run` builds the smoke model from exactly this config
     model = _collect(problems, lambda: load_architecture(model_dir))
-    chip, chip_reason = _assumed_chip(environ) if device.name == "npu" else (DEFAULT_CHIP, "")
+    chip, chip_reason = DEFAULT_CHIP, ""
+    if device.name == "npu":
+        chip, chip_reason = _collect(problems, lambda: _assumed_chip(environ, settings.cann_chip)) or (DEFAULT_CHIP, "")
     layout = (
         _collect(problems, lambda: resolve_layout(settings, device.name, model.architecture, chip))
         if model is not None
@@ -190,7 +199,7 @@ def build_plan(
         # (or is added), and is never judged like one given after `--`.
         profile = {o.key: o for o in map(_profile_override, smoke_overrides())}
         recipe_overrides = [profile.pop(o.key, o) for o in recipe_overrides] + list(profile.values())
-    accepted, problems = check_user_overrides(recipe_overrides, extra_overrides)
+    accepted, problems = check_user_overrides(recipe_overrides, user_overrides(settings.override_list, extra_overrides))
     overrides = merge_user_overrides(recipe_overrides, accepted)
     # Only what the user adds after `--` can make verl read something the plan does not show.
     verl_check = check_verl_config(recipe_overrides, overrides, accepted) if accepted else VerlConfigCheck([])
@@ -207,7 +216,8 @@ def build_plan(
     if problems:
         raise RecipeConfigError(problems)
     record = build_record(
-        settings_shown=settings.redacted(),
+        # OVERRIDES is recorded as what it is, extra overrides: the same record as for `--`.
+        settings_shown={k: v for k, v in settings.redacted().items() if k != "OVERRIDES"},
         setting_keys=decided_keys(recipe_overrides),
         layout={k: v for k, v in layout.to_dict().items() if k in LAYOUT_FIELDS},
         overrides=overrides,
@@ -224,13 +234,43 @@ def build_plan(
         environ=environ,
     )
     drift_accepted = _drift_guard(settings, overrides, record)
+    resume = _resume(settings, overrides, drift_accepted)
     return Plan(
         settings, device, model, layout, allocator, env, overrides, trainer_argv(overrides), record, drift_accepted,
         {"name": chip, "reason": chip_reason} if device.name == "npu" else None,
         memory,
         memory_skipped,
         _data_note(settings),
+        resume,
     )
+
+
+def _resume(settings: Settings, overrides: Sequence[str], drift_accepted: Sequence[str]) -> dict[str, Any]:
+    """Where the trainer will start (recipe.run_length), with the drift guard's verdict, for `plan` to state."""
+    root = Path(override_value(overrides, "trainer.default_local_dir") or checkpoint_root(settings))
+    try:
+        point = resume_point(
+            override_value(overrides, "trainer.resume_mode"), override_value(overrides, "trainer.resume_from_path"), root, None
+        )
+    except ResumeCheckError as error:
+        # `run`'s resume guard refuses this; the plan says why rather than failing here.
+        text = f"cannot tell: {printable(str(error))} (run refuses to start until it can)"
+        return {"action": "unknown", "reason": text, "text": text}
+    if point.step is not None:
+        total = total_steps(override_value(overrides, "trainer.total_training_steps"), settings.resolved_train_files,
+                            settings.train_batch_size, settings.total_epochs)  # fmt: skip
+        point = replace(point, total=total)
+    document = point.to_dict()
+    if point.step is not None and override_value(overrides, "trainer.resume_mode") == "auto":
+        records = [root / RECORD_NAME, point.path / RECORD_NAME] if point.path else [root / RECORD_NAME]
+        if drift_accepted:
+            document["drift"] = f"accepted by ALLOW_DRIFT: {len(drift_accepted)} field(s), the drift lines below"
+        elif any(path.is_file() for path in records):
+            document["drift"] = "none: the settings and inputs match the run's record"
+        else:
+            document["drift"] = "not checked: the checkpoint has no run record (written before run records)"
+    document["text"] = printable(point.describe()) + (f"; drift {document['drift']}" if "drift" in document else "")
+    return document
 
 
 def _data_note(settings: Settings) -> str | None:
@@ -259,12 +299,15 @@ def _memory_estimate(
     return estimate(model.sizes, layout, work, device, gib, source), None  # type: ignore[arg-type]
 
 
-def _assumed_chip(environ: Mapping[str, str]) -> tuple[Chip, str]:
-    """The npu chip this plan is for: the image's label, else the default (recipe.chip)."""
+def _assumed_chip(environ: Mapping[str, str], setting: Chip | None) -> tuple[Chip, str]:
+    """The npu chip this plan is for: the image's label, else CANN_CHIP, else the default (recipe.chip)."""
     from recipe.doctor.facts import image_info_dir, read_labels
 
     labels = read_labels(image_info_dir(environ))
-    return assumed_chip(labels[0] if labels else None)
+    problem = chip_setting_problem(labels[0] if labels else None, setting)
+    if problem:
+        raise RecipeConfigError([problem])
+    return assumed_chip(labels[0] if labels else None, setting)
 
 
 #: The layout's numbers that decide the math (its `sources` only say where each came from).

@@ -25,6 +25,7 @@ from recipe import __version__
 from recipe.digests import MAX_MODEL_FILE_BYTES, FileRefused, cached_digest, sha256_file
 from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
+from recipe.hydra_text import override_hint
 from recipe.record_file import REWARD_FUNCTION_KEY, SCHEMA_VERSION
 from recipe.settings import REDACTED
 
@@ -296,6 +297,7 @@ def drift_problems(
         else:
             refused.append(
                 f"{line}; resuming would mix two runs: restore it, start afresh with "
-                f"`-- trainer.resume_mode=disable` (or another CHECKPOINT_DIR), or accept it with ALLOW_DRIFT={field}"
+                f"{override_hint('trainer.resume_mode=disable')} or another CHECKPOINT_DIR, or accept it with "
+                f"ALLOW_DRIFT={field}"
             )
     return refused, accepted

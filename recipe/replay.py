@@ -32,10 +32,12 @@ from recipe.settings import SECRET_SETTINGS, Settings
 
 EXIT_OK, EXIT_CANNOT_READ = 0, 2
 
-#: The settings model's own names; replay writes them all but the secrets and ALLOW_DRIFT (a decision
-#: about one resume, which a replayed record must not make for the next: it would switch off the guard).
+#: The settings model's own names; replay writes them all but the secrets, ALLOW_DRIFT (a decision
+#: about one resume, which a replayed record must not make for the next: it would switch off the guard)
+#: and OVERRIDES (a record holds them as extra_overrides, which the `run with` comment gives: twice
+#: would apply them twice).
 SETTINGS = frozenset(name.upper() for name in Settings.model_fields)
-REPLAYABLE = SETTINGS - SECRET_SETTINGS - {"ALLOW_DRIFT"}
+REPLAYABLE = SETTINGS - SECRET_SETTINGS - {"ALLOW_DRIFT", "OVERRIDES"}
 #: The longest value or comment line written: docker's --env-file reader stops at a 64 KiB line.
 MAX_LINE = 4096
 #: Characters every reader takes literally, unquoted: no whitespace, quote, `$` (Compose expands it),

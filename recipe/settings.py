@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
@@ -23,6 +24,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from recipe.chip import Chip
 from recipe.cluster.rules import gcs_address_problem, host_problem
 from recipe.errors import RecipeConfigError
 from recipe.hydra_text import literal_problem
@@ -78,6 +80,14 @@ class Settings(BaseSettings):
     nnodes: PositiveInt = Field(1, description="Number of nodes in the run.")
     ndevices_per_node: PositiveInt | None = Field(
         None, description="Accelerators per node (gpu default 8; npu: 16 on a3, 8 cards of 2 dies; 8 on 910b)."
+    )
+
+    cann_chip: Chip | None = Field(
+        None,
+        description=(
+            "npu: the Ascend chip to plan for, a3 (16 NPUs a node) or 910b (Atlas A2, 8), where no image label "
+            "says it (plan on a laptop); also the npu image's build argument. Default: the image's, else a3."
+        ),
     )
 
     device_memory_gib: float | None = Field(
@@ -137,6 +147,13 @@ class Settings(BaseSettings):
     )
     seed: int = Field(
         42, ge=0, le=2**31 - 1, description="Seed of the data order, Megatron's initialisation and the rollout's sampling."
+    )
+    overrides: str | None = Field(
+        None,
+        description=(
+            "Hydra overrides for verl, written as after `--` (separated by spaces, quoted as in a shell); the one "
+            "way that works on every path (Compose, the Job, the RayJob). One after `--` for the same key wins."
+        ),
     )
     allow_drift: str | None = Field(
         None,
@@ -220,6 +237,21 @@ class Settings(BaseSettings):
         if problem:
             raise ValueError(problem)
         return value
+
+    @field_validator("overrides")
+    @classmethod
+    def _shell_words(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                shlex.split(value)
+            except ValueError as error:
+                raise ValueError(f"must be overrides separated by spaces, quoted as in a shell ({error})") from None
+        return value
+
+    @property
+    def override_list(self) -> list[str]:
+        """OVERRIDES split into one override each, as a POSIX shell splits the words after `--`."""
+        return shlex.split(self.overrides) if self.overrides else []
 
     @field_validator("allow_drift")
     @classmethod

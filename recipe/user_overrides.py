@@ -241,11 +241,22 @@ def literal_secret_problems(override: UserOverride) -> list[str]:
     and never records.
     """
     return [
-        f"override of {override.key}: gives the secret {name} a value after `--`, where it would be recorded in "
+        f"override of {override.key}: gives the secret {name} a value in an override, where it would be recorded in "
         f"run-record.json and printed; set the environment variable {name} instead (`run` passes it to every Ray "
         "worker and never records it)"
         for name in dict.fromkeys(override.secrets_set)
     ]
+
+
+def user_overrides(setting: Sequence[str], after_dashes: Sequence[str]) -> list[str]:
+    """The user's overrides in the order they apply: OVERRIDES' first, then those after `--`.
+
+    Both are the user's, read and recorded alike; for a key given in both, the one after `--`
+    wins (the command line is the nearer, more specific place), and the OVERRIDES one is dropped
+    so that Hydra never sees a key twice (`+key` twice is an error there).
+    """
+    given = {_override_key(text) for text in after_dashes}
+    return [text for text in setting if _override_key(text) not in given] + list(after_dashes)
 
 
 def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -261,7 +272,7 @@ def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) ->
     parser = hydra_override_parser()
     if parser is None:
         return [], [
-            f"overrides after `--` ({len(extra)}): need Hydra (which comes with verl) to be checked the way the "
+            f"your overrides ({len(extra)}): need Hydra (which comes with verl) to be checked the way the "
             "trainer reads them; run `plan` in the image (docker compose run --rm gpu plan -- ...), "
             "or pip install '.[trainer]'"
         ]

@@ -294,7 +294,7 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
     config_dir = verl_config_dir()
     if config_dir is None or hydra_override_parser() is None:
         return VerlConfigCheck([
-            f"overrides after `--` ({len(extra)}): need verl's trainer config (pip install '.[trainer]', or the image) "
+            f"your overrides ({len(extra)}): need verl's trainer config (pip install '.[trainer]', or the image) "
             "to be checked the way the trainer reads them; run `plan` in the image (docker compose run --rm gpu plan -- ...)"
         ])
     from omegaconf import OmegaConf
@@ -314,7 +314,7 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
                 rest.append(text)
         if not problems:
             together = _compose_problem(overrides, config_dir)
-            return VerlConfigCheck([f"overrides after `--`: verl's config rejects them together ({together})"])
+            return VerlConfigCheck([f"your overrides: verl's config rejects them together ({together})"])
         # Every problem at once: the others are checked without the ones verl's config rejects.
         others = check_verl_config(recipe, merge_user_overrides(recipe, rest), rest).problems if rest else []
         return VerlConfigCheck(problems + others)
@@ -337,7 +337,7 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
             resolved = OmegaConf.to_container(config, resolve=True)
         except Exception as error:
             why = _first_line(error)[:300]
-            return VerlConfigCheck([*problems, f"overrides after `--`: verl's config cannot be resolved with them ({why})"])
+            return VerlConfigCheck([*problems, f"your overrides: verl's config cannot be resolved with them ({why})"])
     decided = decided_keys(recipe)
     files: dict[str, str] = {}
     for path, value in _leaves(resolved):
@@ -346,12 +346,12 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
         if isinstance(value, str) and _CANARY in value:
             names = ", ".join(sorted(seen))
             problems.append(
-                f"overrides after `--`: {path} would hold the secret {names} (read through oc.env); a secret reaches "
+                f"your overrides: {path} would hold the secret {names} (read through oc.env); a secret reaches "
                 "verl only through the environment, never its config (which verl prints and logs)"
             )
         elif isinstance(value, str) and "${" in value:
             problems.append(
-                f"overrides after `--`: {path} still holds an interpolation after {_RESOLUTIONS} resolutions "
+                f"your overrides: {path} still holds an interpolation after {_RESOLUTIONS} resolutions "
                 f"({value[:80]!r}); verl would resolve it again when it reads it"
             )
 
@@ -363,7 +363,7 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
         found, value = _select(resolved, override.key)
         if not found or not _same(value, expected):
             problems.append(
-                f"overrides after `--`: change {override.key} (now {value!r}, planned {expected!r}), "
+                f"your overrides: change {override.key} (now {value!r}, planned {expected!r}), "
                 f"which {override.setting} decides; set that instead"
             )
     env_vars = _select(resolved, _RAY_ENV.rstrip("."))[1] or {}
@@ -373,7 +373,7 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
         have = env_vars.get(variable) if isinstance(env_vars, dict) else None
         if have != want:
             problems.append(
-                f"overrides after `--`: put {variable}={have!r} into the Ray workers' environment (planned "
+                f"your overrides: put {variable}={have!r} into the Ray workers' environment (planned "
                 f"{want!r}), which {decided[_RAY_ENV + variable]} decides"
             )
     return VerlConfigCheck(problems, dict(sorted(reads.items())), files)

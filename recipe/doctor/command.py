@@ -201,7 +201,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         driver=driver,
         environ=environ,
         timeout_s=args.timeout,
-        assumed_memory=device_memory(settings.device_memory_gib, device, assumed_chip(labels[0] if labels else None)[0]),
+        assumed_memory=device_memory(settings.device_memory_gib, device, assumed_chip(labels[0] if labels else None, settings.cann_chip)[0]),
     )
     if args.only:
         def keep(name: str) -> bool:

@@ -2,9 +2,7 @@
 
 The numbers are verl's own, read back from the TensorBoard event files its logger writes under
 TENSORBOARD_DIR (verl/utils/tracking.py, `_TensorboardAdapter`: one scalar per metric, at the global
-step), with tensorboard's own reader. The total is `trainer.total_training_steps` when the plan sets
-it, else what verl will compute: the training parquet's rows // TRAIN_BATCH_SIZE (verl's loader drops
-the last partial batch) x TOTAL_EPOCHS, marked "about" since verl filters overlong prompts first.
+step), with tensorboard's own reader. The total is recipe.run_length's, the one `plan` states.
 """
 
 from __future__ import annotations
@@ -13,9 +11,10 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from recipe.run_length import StepTotal
 
 logger = logging.getLogger("recipe")
 
@@ -23,30 +22,6 @@ REWARD_TAG = "critic/rewards/mean"
 STEP_SECONDS_TAG = "timing_s/step"
 #: How often the event files are read again.
 POLL_INTERVAL_S = 10.0
-
-
-@dataclass(frozen=True)
-class StepTotal:
-    """How many steps the run will take, and whether that is verl's number or the recipe's estimate of it."""
-
-    steps: int
-    estimated: bool
-
-
-def total_steps(configured: str | None, train_file: Path, batch_size: int, epochs: int) -> StepTotal | None:
-    """The run's number of steps: `trainer.total_training_steps` when set, else from the parquet's row count."""
-    if configured not in (None, "", "null"):
-        try:
-            return StepTotal(int(str(configured)), False)
-        except ValueError:
-            return None
-    try:
-        import pyarrow.parquet as parquet
-
-        rows = parquet.ParquetFile(train_file).metadata.num_rows
-    except Exception:  # noqa: BLE001 - no total is a progress line without one, never a failed run
-        return None
-    return StepTotal(rows // batch_size * epochs, True) if rows >= batch_size else None
 
 
 def event_reader(directory: Path) -> Any:
@@ -76,7 +51,7 @@ def _duration(seconds: float) -> str:
 
 def progress_line(step: int, metrics: dict[str, float], total: StepTotal | None, recent_seconds: list[float]) -> str:
     """`step 3 of about 120: reward 0.412, 95.2 s/step, ETA 3h05m` (the parts verl logged)."""
-    parts = [f"step {step}" + (f" of {'about ' if total.estimated else ''}{total.steps}" if total else "")]
+    parts = [f"step {step}" + (f" of {total}" if total else "")]
     if REWARD_TAG in metrics:
         parts.append(f"reward {metrics[REWARD_TAG]:.3f}")
     if STEP_SECONDS_TAG in metrics:

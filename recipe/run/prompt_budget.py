@@ -15,6 +15,7 @@ from pathlib import Path
 from recipe.data.prepare import MANIFEST_NAME
 from recipe.data.prompt_lengths import KEEP_SHARE, PromptLengths, RowLength
 from recipe.digests import FileRefused, sha256_file
+from recipe.hydra_text import override_hint
 
 #: Warn when the limit drops more than this share of the training rows.
 DROP_WARN_SHARE = 0.01
@@ -65,6 +66,6 @@ def prompt_budget_warning(lengths: PromptLengths, max_prompt_length: int) -> str
     return (
         f"data.max_prompt_length={max_prompt_length}: verl will drop {dropped} of the {rows} training rows "
         f"({100 * dropped / rows:.1f} %) as too long, without a word (their prompts, counted with their images by "
-        f"prepare-data, are longer); {keep} keeps {100 * KEEP_SHARE:g} %: `-- data.max_prompt_length={keep}` "
+        f"prepare-data, are longer); {keep} keeps {100 * KEEP_SHARE:g} %: {override_hint(f'data.max_prompt_length={keep}')} "
         "(plan shows what it costs in memory)"
     )

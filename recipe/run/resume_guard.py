@@ -8,6 +8,7 @@ from pathlib import Path
 
 from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
 from recipe.export.watch import MANIFEST, REPORT_NAME
+from recipe.hydra_text import override_hint
 from recipe.launch import (
     checkpoint_root,
     resume_mode_problem,
@@ -24,8 +25,9 @@ RESUMED_HF_DIR = "actor/model/huggingface"
 
 #: Every refusal of the guard ends with these ways out.
 RESUME_WAY_OUT = (
-    "resume from a step you checked with `-- trainer.resume_mode=resume_path trainer.resume_from_path=<its "
-    "global_step_N dir>`, start afresh with `-- trainer.resume_mode=disable`, or move that step away"
+    "resume from a step you checked with the overrides "
+    f"{override_hint('trainer.resume_mode=resume_path', 'trainer.resume_from_path=<its global_step_N dir>')}, "
+    f"start afresh with {override_hint('trainer.resume_mode=disable')}, or move that step away"
 )
 
 

@@ -35,7 +35,8 @@ from recipe.launch import (
 from recipe.plan import Plan
 from recipe.record_file import copy_into_new_steps, record_bytes, write_record
 from recipe.run.preflight import _smoke_assets_root, run_problems
-from recipe.run.progress import printing_progress, total_steps
+from recipe.run.progress import printing_progress
+from recipe.run_length import total_steps
 from recipe.run.resume_guard import resume_problem
 
 logger = logging.getLogger("recipe")

@@ -308,6 +308,7 @@ def test_plan_through_compose_in_the_built_image(compose_bin: str, tmp_path: Pat
     limits = tmp_path / "sandbox-limits.yaml"  # see the engine check above
     limits.write_text(f"services:\n  {service}:\n    ulimits: !reset {{}}\n")
     env = _clean_env(SHM_SIZE="256mb", SAVE_FREQ="7", HF_TOKEN="hf_do_not_print",
+                     OVERRIDES="trainer.total_training_steps=9",
                      HOST_MODELS_DIR=str(hostdirs["models"]), HOST_DATA_DIR=str(hostdirs["data"]),
                      HOST_CHECKPOINTS_DIR=str(hostdirs["checkpoints"]),
                      HOST_HF_CACHE_DIR=str(hostdirs["hf"]))
@@ -325,6 +326,7 @@ def test_plan_through_compose_in_the_built_image(compose_bin: str, tmp_path: Pat
     assert plan["device"]["name"] == service
     assert plan["settings"]["SAVE_FREQ"] == 7
     assert plan["settings"]["HF_TOKEN"] == "**********"
+    assert plan["argv"][-1] == "trainer.total_training_steps=9"  # OVERRIDES, the one way on every path
 
 
 def test_a2_override_from_the_docs(compose_bin: str, tmp_path: Path) -> None:

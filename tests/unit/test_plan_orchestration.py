@@ -142,7 +142,7 @@ def test_a_layout_that_does_not_fit_the_devices_is_refused(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("labels", "chip", "reason"),
     [
-        (None, "a3", "not in an image: the Dockerfile's default CANN_CHIP=a3"),
+        (None, "a3", "not in an image: the Dockerfile's default CANN_CHIP=a3; for an Atlas A2, 910B node set CANN_CHIP=910b"),
         ("io.grpo-recipe.cann.chip=910b\n", "910b", "the image's label io.grpo-recipe.cann.chip=910b"),
     ],
 )
@@ -400,7 +400,7 @@ def test_plan_json_is_the_whole_plan_in_one_document(tmp_path: Path) -> None:
     document = json.loads(plan.to_json())
     assert list(document) == [
         "recipe_version", "device", "settings", "model", "layout", "allocator", "env", "overrides", "argv",
-        "provenance", "drift_accepted", "chip", "memory", "data",
+        "provenance", "drift_accepted", "chip", "memory", "data", "resume",
     ]  # fmt: skip
     assert document["recipe_version"] == __version__
     assert document["device"] == plan.device.to_dict() and document["model"] == plan.model.to_dict()

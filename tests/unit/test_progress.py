@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from recipe.run.progress import REWARD_TAG, STEP_SECONDS_TAG, ProgressPrinter, StepTotal, printing_progress, total_steps
+from recipe.run.progress import REWARD_TAG, STEP_SECONDS_TAG, ProgressPrinter, printing_progress
+from recipe.run_length import StepTotal, total_steps
 
 from .envtools import HANG_GUARD_S
 from .runtools import DRIVER, layout_of_one, run_environment

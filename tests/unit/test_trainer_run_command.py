@@ -409,7 +409,7 @@ def test_progress_counts_the_steps_of_the_epochs_over_the_data(plans: dict[str, 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from recipe.run.progress import StepTotal
+    from recipe.run_length import StepTotal
 
     totals: list[Any] = []
     monkeypatch.setattr(trainer, "printing_progress", lambda d, total, emit: totals.append(total) or _Null())
@@ -421,7 +421,7 @@ def test_progress_counts_the_steps_of_the_epochs_over_the_data(plans: dict[str, 
 
 def test_progress_counts_the_steps_of_the_configured_total(plans: dict[str, Plan], tmp_path: Path,
                                                             machine: Trainer, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from recipe.run.progress import StepTotal
+    from recipe.run_length import StepTotal
 
     totals: list[Any] = []
     monkeypatch.setattr(trainer, "printing_progress", lambda d, total, emit: totals.append(total) or _Null())

@@ -71,7 +71,7 @@ def _withheld(key: str) -> str:
 
 def _secret_set(key: str, name: str) -> str:
     return (
-        f"override of {key}: gives the secret {name} a value after `--`, where it would be recorded in "
+        f"override of {key}: gives the secret {name} a value in an override, where it would be recorded in "
         f"run-record.json and printed; set the environment variable {name} instead (`run` passes it to every Ray "
         "worker and never records it)"
     )
@@ -556,7 +556,7 @@ def test_no_overrides_need_no_hydra(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_overrides_without_hydra_are_refused_saying_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "hydra.core.override_parser.overrides_parser", None)
     needs_hydra = (
-        "overrides after `--` (2): need Hydra (which comes with verl) to be checked the way the trainer reads them; "
+        "your overrides (2): need Hydra (which comes with verl) to be checked the way the trainer reads them; "
         "run `plan` in the image (docker compose run --rm gpu plan -- ...), or pip install '.[trainer]'"
     )
     assert check_user_overrides(RECIPE, ["a=1", "b=2"]) == ([], [needs_hydra])

@@ -175,7 +175,7 @@ def test_without_verl_or_hydra_the_overrides_are_refused_with_the_way_to_check_t
     else:
         monkeypatch.setattr(vc, "verl_config_dir", lambda: None)
     assert check("trainer.total_epochs=2", "+x=1").problems == [
-        "overrides after `--` (2): need verl's trainer config (pip install '.[trainer]', or the image) to be checked "
+        "your overrides (2): need verl's trainer config (pip install '.[trainer]', or the image) to be checked "
         "the way the trainer reads them; run `plan` in the image (docker compose run --rm gpu plan -- ...)"
     ]
 
@@ -243,7 +243,7 @@ def test_a_rejected_override_alone_among_good_ones_is_the_only_problem(fake_verl
 
 def test_overrides_rejected_only_together_are_refused_together(fake_verl: Path) -> None:
     assert check("+trainer.new=1", "+trainer.new=2").problems == [
-        "overrides after `--`: verl's config rejects them together (Could not append to config. An item is already "
+        "your overrides: verl's config rejects them together (Could not append to config. An item is already "
         "at 'trainer.new'.; Either remove + prefix: 'trainer.new=2'; Or add a second + to add or override "
         "'trainer.new': '++trainer.new=2')"
     ]
@@ -284,7 +284,7 @@ def test_a_key_a_setting_decides_that_ends_up_changed_is_refused_naming_the_sett
 ) -> None:
     key = override.lstrip("~").split("=")[0]
     assert check(override).problems == [
-        f"overrides after `--`: change {key} (now {now}, planned {planned}), which {setting} decides; set that instead"
+        f"your overrides: change {key} (now {now}, planned {planned}), which {setting} decides; set that instead"
     ]
 
 
@@ -298,7 +298,7 @@ def test_a_key_a_setting_decides_that_ends_up_changed_is_refused_naming_the_sett
 )
 def test_no_allocator_variable_but_the_planned_one_reaches_the_workers(override: str, have: str, want: str, fake_verl: Path) -> None:
     assert check(override).problems == [
-        f"overrides after `--`: put {have} into the Ray workers' environment (planned {want}), which {ALLOCATOR_RULE} decides"
+        f"your overrides: put {have} into the Ray workers' environment (planned {want}), which {ALLOCATOR_RULE} decides"
     ]
 
 
@@ -323,7 +323,7 @@ def test_a_secret_read_through_oc_env_is_refused_without_its_value(fake_verl: Pa
     monkeypatch.setenv("H13_API_TOKEN", "hunter2")
     found = check("+trainer.tok=${oc.env:H13_API_TOKEN}", "+trainer.list=[x, '${oc.env:H13_API_TOKEN}']")
     assert found.problems == [
-        f"overrides after `--`: {path} would hold the secret H13_API_TOKEN (read through oc.env); a secret reaches "
+        f"your overrides: {path} would hold the secret H13_API_TOKEN (read through oc.env); a secret reaches "
         "verl only through the environment, never its config (which verl prints and logs)"
         for path in ("trainer.tok", "trainer.list[1]")
     ]
@@ -373,14 +373,14 @@ def test_an_interpolation_left_after_the_resolutions_verl_does_is_refused(fake_v
     # takes one escape) reach what verl reads; one escape more is still an interpolation then.
     assert check(f"+trainer.deep='{_escaped(5)}'").problems == []
     assert check(f"+trainer.deep='{_escaped(6)}'").problems == [
-        "overrides after `--`: trainer.deep still holds an interpolation after 4 resolutions ('${trainer.total_epochs}'); "
+        "your overrides: trainer.deep still holds an interpolation after 4 resolutions ('${trainer.total_epochs}'); "
         "verl would resolve it again when it reads it"
     ]
 
 
 def test_a_config_that_cannot_be_resolved_is_refused_with_the_earlier_problems(fake_verl: Path) -> None:
     assert check("trainer.resume_mode=bogus", "+trainer.loop=${trainer.loop}").problems[1:] == [
-        "overrides after `--`: verl's config cannot be resolved with them (Recursive interpolation detected)"
+        "your overrides: verl's config cannot be resolved with them (Recursive interpolation detected)"
     ]
 
 

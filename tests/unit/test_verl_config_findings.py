@@ -100,7 +100,7 @@ def test_a_config_that_cannot_be_resolved_is_named_in_at_most_300_characters(ver
     missing = "k" * 400
     why = f"Interpolation key 'trainer.{missing}' not found"[:300]
     assert check(f"+trainer.copy=${{trainer.{missing}}}").problems == [
-        f"overrides after `--`: verl's config cannot be resolved with them ({why})"
+        f"your overrides: verl's config cannot be resolved with them ({why})"
     ]
 
 
@@ -111,7 +111,7 @@ def test_an_interpolation_left_after_the_resolutions_is_shown_in_at_most_80_char
     for _ in range(5):
         escaped = escaped.replace("\\", "\\\\").replace("${", "\\${")
     assert check(f"+trainer.deep='{escaped}'").problems == [
-        f"overrides after `--`: trainer.deep still holds an interpolation after 4 resolutions ({text[:80]!r}); "
+        f"your overrides: trainer.deep still holds an interpolation after 4 resolutions ({text[:80]!r}); "
         "verl would resolve it again when it reads it"
     ]
 
@@ -120,7 +120,7 @@ def test_a_value_built_from_two_secrets_names_both(verl_tree: Path, monkeypatch:
     monkeypatch.setenv("H13_API_TOKEN", "hunter2")
     monkeypatch.setenv("H13_DB_PASSWORD", "swordfish")
     assert check("+trainer.login=${oc.env:H13_DB_PASSWORD}:${oc.env:H13_API_TOKEN}").problems == [
-        "overrides after `--`: trainer.login would hold the secret H13_API_TOKEN, H13_DB_PASSWORD (read through oc.env); "
+        "your overrides: trainer.login would hold the secret H13_API_TOKEN, H13_DB_PASSWORD (read through oc.env); "
         "a secret reaches verl only through the environment, never its config (which verl prints and logs)"
     ]
 

@@ -5,8 +5,8 @@ README (Reproducibility): drift in the data files, the model's files, the recipe
 image's locks, the layout or a training setting is refused, exit 2, one line per field, e.g.
 
     error: TRAIN_FILES: 3f1c0a9e2b7d when the checkpoint's run started (.../run-record.json), 9a0e44c1d2f3 now;
-    resuming would mix two runs: restore it, start afresh with `-- trainer.resume_mode=disable` (or another
-    CHECKPOINT_DIR), or accept it with ALLOW_DRIFT=TRAIN_FILES
+    resuming would mix two runs: restore it, start afresh with `trainer.resume_mode=disable` (in OVERRIDES, or
+    after `--` of plan and run) or another CHECKPOINT_DIR, or accept it with ALLOW_DRIFT=TRAIN_FILES
 
 and ALLOW_DRIFT accepts the fields it names (RECIPE, FRAMEWORKS, IMAGE, a setting such as TP, a Hydra key), which
 the plan lists. Records here are hand-written dicts (a stored one may be hostile: every value is cut to one
@@ -33,7 +33,8 @@ def _refusal(field: str, then: str, now: str, path: Path | None = SOURCE) -> str
     """The README's line, written out."""
     return (
         f"{field}: {then} when the checkpoint's run started ({path}), {now} now; resuming would mix two runs: "
-        f"restore it, start afresh with `-- trainer.resume_mode=disable` (or another CHECKPOINT_DIR), "
+        f"restore it, start afresh with `trainer.resume_mode=disable` (in OVERRIDES, or after `--` of plan and run) "
+        "or another CHECKPOINT_DIR, "
         f"or accept it with ALLOW_DRIFT={field}"
     )
 
@@ -45,8 +46,8 @@ def test_the_readmes_example_line_is_printed_as_written() -> None:
     assert refused == [
         (
             "TRAIN_FILES: 3f1c0a9e2b7d when the checkpoint's run started (.../run-record.json), 9a0e44c1d2f3 now; "
-            "resuming would mix two runs: restore it, start afresh with `-- trainer.resume_mode=disable` (or another "
-            "CHECKPOINT_DIR), or accept it with ALLOW_DRIFT=TRAIN_FILES"
+            "resuming would mix two runs: restore it, start afresh with `trainer.resume_mode=disable` (in OVERRIDES, "
+            "or after `--` of plan and run) or another CHECKPOINT_DIR, or accept it with ALLOW_DRIFT=TRAIN_FILES"
         )
     ]
     assert accepted == []

@@ -93,14 +93,18 @@ MODULES = {
     "process_exit": [f"{U}/test_process_exit.py"],
     "provenance": [f"{E}/test_provenance_record.py", f"{E}/test_provenance_drift.py"],
     "record_file": [f"{E}/test_record_file.py", f"{E}/test_record_hostile.py"],
+    "run/finish": [f"{U}/test_run_finish.py"],
     "run/preflight": [f"{U}/test_preflight_checks.py"],
     "run/progress": [f"{U}/test_progress.py"],
     "run/prompt_budget": [f"{D}/test_prompt_lengths.py"],
     "run/resume_guard": [f"{E}/test_resume_guard.py", f"{E}/test_resume_guard_hostile.py"],
     "run/trainer": [f"{U}/test_trainer_supervision.py", f"{U}/test_trainer_run_command.py"],
     "replay": [f"{E}/test_replay.py", f"{E}/test_replay_hostile.py"],
+    "run_length": [f"{U}/test_plan_launch_paths.py", f"{U}/test_progress.py"],
     # test_hostile_settings.py is left out, as for cluster/rules above.
     "settings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],
+    # Its subprocess tests (a stand-in verl's main run through it) are the only ones: not traced.
+    "trainer_main": [f"{U}/test_run_finish.py"],
     "smoke/arithmetic": [f"{S}/test_arithmetic.py"],
     # test_prepare.py builds the real tiny model (about 10 s, far more on a loaded machine) for every mutant it reaches.
     "smoke/prepare": [f"{S}/test_prepare_steps.py"],

@@ -23,7 +23,8 @@ from recipe.hydra_text import hydra_string, hydra_value, literal_problem  # noqa
 from recipe.layout import DYNAMIC_BATCHING, ParallelLayout
 from recipe.settings import Settings
 
-TRAINER_MODULE = "verl.trainer.main_ppo"
+#: verl.trainer.main_ppo, run through the recipe so that its exit status is the run's (recipe.trainer_main).
+TRAINER_MODULE = "recipe.trainer_main"
 #: Ray runs this in every worker before its first task (see recipe.worker_setup).
 WORKER_SETUP_HOOK = "recipe.worker_setup.configure_worker"
 _RAY_ENV = "ray_kwargs.ray_init.runtime_env.env_vars."

@@ -156,21 +156,32 @@ _KIND_NAMES = {frozenset({"int"}): "int", frozenset({"float"}): "float", frozens
                frozenset({"bool"}): "bool"}  # fmt: skip
 
 
+#: Spellings that only say "or None": Optional[X], Union[X, None] (bare or as typing.Optional, t.Union, ...).
+_NONE_WRAPPERS = frozenset({"Optional", "Union", "None"})
+
+
 def _annotation_kind(node: ast.expr) -> str | None:
-    """bool, int or float when an annotation allows only that type (and None); None otherwise."""
+    """bool, int or float when an annotation allows only that type (and None); None otherwise.
+
+    `int | None`, `Optional[int]`, `Union[int, None]`, `typing.Optional[int]` and their string forms
+    are alike: the wrappers and the module they are read from (`typing.`) name no type.
+    """
     names: set[str] = set()
+    modules = {id(part.value) for part in ast.walk(node) if isinstance(part, ast.Attribute)}
     for part in ast.walk(node):
-        if isinstance(part, ast.Name):
+        if isinstance(part, ast.Attribute):
+            names.add(part.attr)
+        elif isinstance(part, ast.Name) and id(part) not in modules:
             names.add(part.id)
         elif isinstance(part, ast.Constant) and isinstance(part.value, str):  # a string annotation
             try:
                 inner = _annotation_kind(ast.parse(part.value, mode="eval").body)
-            except SyntaxError:
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
                 return None
             if inner is None:
                 return None
             names.add(inner)
-    return _KIND_NAMES.get(frozenset(names - {"Optional", "None"}))
+    return _KIND_NAMES.get(frozenset(names - _NONE_WRAPPERS))
 
 
 def _module_files(verl_root: Path, module: str) -> list[Path]:

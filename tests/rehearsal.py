@@ -13,7 +13,7 @@ What it does, in order:
    off, and one GPU *declared* (`--num-gpus`, no GPU needed), so that verl's resource-pool
    check passes. The trainer joins it through RAY_ADDRESS, as it joins the recipe's own
    head when NNODES > 1.
-4. Runs `python -m verl.trainer.main_ppo <the plan's overrides>` with a timeout.
+4. Runs the plan's trainer argv (`python -m recipe.trainer_main <overrides>`, verl's main_ppo) with a timeout.
 5. Prints one JSON document (`Result`): the stages reached, each found by a line that
    verl 0.9.1 (or TransferQueue, which it starts) prints, see STAGES; the exit code; and
    the failure that stopped the run, named, with the verl function it was raised in.

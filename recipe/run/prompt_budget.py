@@ -66,6 +66,6 @@ def prompt_budget_warning(lengths: PromptLengths, max_prompt_length: int) -> str
     return (
         f"data.max_prompt_length={max_prompt_length}: verl will drop {dropped} of the {rows} training rows "
         f"({100 * dropped / rows:.1f} %) as too long, without a word (their prompts, counted with their images by "
-        f"prepare-data, are longer); {keep} keeps {100 * KEEP_SHARE:g} %: {override_hint(f'data.max_prompt_length={keep}')} "
-        "(plan shows what it costs in memory)"
+        f"prepare-data, are longer); {keep} keeps {100 * KEEP_SHARE:g} %: {override_hint(f'data.max_prompt_length={keep}')}; "
+        "plan shows what it costs in memory"
     )

@@ -34,6 +34,7 @@ from recipe.launch import (
 )
 from recipe.plan import Plan
 from recipe.record_file import copy_into_new_steps, record_bytes, write_record
+from recipe.run.finish import final_save
 from recipe.run.preflight import _smoke_assets_root, run_problems
 from recipe.run.progress import printing_progress
 from recipe.run_length import total_steps
@@ -171,6 +172,12 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
     `progress`: print one line per step (None: when stdout is a terminal).
     """
     settings = plan.settings
+    done = final_save(plan)
+    if done is not None:
+        # A restart of a finished run (Compose's on-failure policy, the Job's backoffLimit) trains nothing.
+        print(f"run: already finished at {done.describe()}; nothing trained, nothing written. To train on, "
+              "raise trainer.total_training_steps; for a new run, another EXPERIMENT_NAME", flush=True)  # fmt: skip
+        return 0
     problems = run_problems(plan)
     if not problems and plan.device.name == "npu":
         # vllm-ascend would refuse the node's NPUs only once the model is loaded (recipe.chip).
@@ -222,6 +229,13 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
                 run_trainer=_run_trainer,
                 checkpoint_dir=str(settings.checkpoint_dir),
             )
+    if code > 128:
+        # Killed by a signal: after the run's last save (a teardown crash), the run is finished all the same.
+        done = final_save(plan)
+        if done is not None:
+            print(f"run: the trainer's process died of signal {code - 128} (exit {code}) after the run's last save, "
+                  f"{done.describe()}: the run finished; exit 0", flush=True)  # fmt: skip
+            code = 0
     # After the watcher's last sweep: the verdict reads its report of the final save.
     return _judge_smoke(plan, code) if settings.profile == "smoke" else code
 

@@ -234,6 +234,22 @@ BREAKAGES: tuple[Breakage, ...] = (
         (f"{UNIT}/test_memory_fit.py::test_without_offload_the_rollout_phase_does_not_fit_and_plan_says_so_in_one_line",),
         "a layout whose weights and vLLM's share exceed the device passes plan: the run dies of OOM at vLLM wake-up",
     ),
+    Breakage(
+        "finished-run-trained-again",
+        "recipe/run/trainer.py",
+        "    done = final_save(plan)\n    if done is not None:\n        # A restart",
+        "    done = None\n    if done is not None:\n        # A restart",
+        (f"{UNIT}/test_run_finish.py::test_a_second_run_after_a_finished_one_exits_0_and_starts_nothing",),
+        "a restart of a finished run starts the trainer again (issue 39)",
+    ),
+    Breakage(
+        "overrides-setting-ignored",
+        "recipe/plan.py",
+        "user_overrides(settings.override_list, extra_overrides)",
+        "user_overrides([], extra_overrides)",
+        (f"{UNIT}/test_plan_launch_paths.py::test_a_plan_with_overrides_equals_the_plan_with_them_after_the_separator",),
+        "OVERRIDES no longer reaches the trainer's argv (issue 38)",
+    ),
 )
 
 

@@ -29,7 +29,7 @@ def test_plan_json_with_no_environment_is_one_json_document() -> None:
     plan = json.loads(done.stdout)
     assert plan["recipe_version"] == __version__
     assert plan["device"]["name"] in {"gpu", "npu"} and plan["device"]["reason"]
-    assert plan["argv"][1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert plan["argv"][1:3] == ["-m", "recipe.trainer_main"]
     assert plan["argv"][3:] == plan["overrides"]
     assert set(plan) >= {"settings", "layout", "model", "allocator", "env"}
 
@@ -46,7 +46,7 @@ def test_plan_for_people_names_device_layout_and_command() -> None:
     assert done.returncode == 0
     assert "device   gpu (setting: DEVICE=gpu was set)" in done.stdout
     assert "TP=2 PP=1 CP=1 EP=8 ETP=1 GEN_TP=8 DP=4" in done.stdout
-    assert "-m verl.trainer.main_ppo" in done.stdout
+    assert "-m recipe.trainer_main" in done.stdout
 
 
 def test_plan_on_npu_uses_upstreams_npu_layout() -> None:

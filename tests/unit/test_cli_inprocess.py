@@ -81,7 +81,7 @@ def test_plan_json_is_one_document(env: pytest.MonkeyPatch, capsys: pytest.Captu
     assert cli.main(["plan", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["recipe_version"] == __version__ and plan["device"]["name"] == "gpu"
-    assert plan["argv"][1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert plan["argv"][1:3] == ["-m", "recipe.trainer_main"]
 
 
 def test_every_word_after_the_double_dash_is_the_trainers(env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,7 +158,7 @@ def test_run_gets_the_checked_plan_and_the_progress_choice(
     assert cli.main(argv) == 7  # the trainer's own exit code
     [(plan, kwargs)] = handler.calls
     assert kwargs == {"progress": progress}
-    assert plan.device.name == "gpu" and plan.argv[1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert plan.device.name == "gpu" and plan.argv[1:3] == ["-m", "recipe.trainer_main"]
 
 
 def test_prepare_data_writes_under_data_dir_without_a_layout(env: pytest.MonkeyPatch, monkeypatch: pytest.MonkeyPatch) -> None:

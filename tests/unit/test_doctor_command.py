@@ -229,7 +229,7 @@ class Doctor:
         self.monkeypatch = monkeypatch
         self.tmp_path = tmp_path
         self.settings = types.SimpleNamespace(checkpoint_dir=tmp_path / "ck", expandable_segments=True, device="gpu",
-                                              device_memory_gib=None)  # fmt: skip
+                                              device_memory_gib=None, cann_chip=None)  # fmt: skip
         self.detection = DeviceDetection("gpu", "auto", "no accelerator found", 0)
         self.plan = checks.Plan()
         self.probe_results: dict[str, list[CheckResult]] = {}

@@ -124,8 +124,8 @@ def test_user_override_of_a_setting_key_is_refused_naming_the_setting() -> None:
     ]
 
 
-def test_trainer_argv_runs_verls_main_ppo() -> None:
-    assert trainer_argv(["a=1"], python="python3") == ["python3", "-m", "verl.trainer.main_ppo", "a=1"]
+def test_trainer_argv_runs_verls_main_through_the_recipes_launcher() -> None:
+    assert trainer_argv(["a=1"], python="python3") == ["python3", "-m", "recipe.trainer_main", "a=1"]
 
 
 def test_override_value_reads_the_last_setting_of_a_key() -> None:

@@ -326,7 +326,7 @@ def test_any_other_resume_mode_is_refused_with_the_ways_that_work(value: object)
 
 
 def test_the_trainer_runs_under_this_interpreter_by_default() -> None:
-    assert trainer_argv(["a=1", "b=2"]) == [sys.executable, "-m", "verl.trainer.main_ppo", "a=1", "b=2"]
+    assert trainer_argv(["a=1", "b=2"]) == [sys.executable, "-m", "recipe.trainer_main", "a=1", "b=2"]
 
 
 def test_checkpoints_go_under_checkpoint_dir_project_and_experiment() -> None:

@@ -64,7 +64,7 @@ def test_a_plan_chains_device_model_layout_allocator_and_the_trainers_argv(tmp_p
     assert (plan.layout.tp, plan.layout.world_size) == (1, 1)
     assert plan.allocator.variable == "PYTORCH_CUDA_ALLOC_CONF"
     assert plan.env["PYTORCH_CUDA_ALLOC_CONF"] is None  # expandable segments stay out of the allocator variable
-    assert plan.argv == [sys.executable, "-m", "verl.trainer.main_ppo", *plan.overrides]
+    assert plan.argv == [sys.executable, "-m", "recipe.trainer_main", *plan.overrides]
     assert plan.memory is not None and plan.memory_skipped is None
     assert plan.drift_accepted == []
     assert plan.provenance["layout"] == {
@@ -446,7 +446,7 @@ def test_plan_text_names_each_stage_on_its_own_line(tmp_path: Path) -> None:
     env = [line for line in lines if line.startswith("env      ")]
     assert env == ["env      " + " ".join(f"{k}={'(unset)' if v is None else v}" for k, v in plan.env.items())]
     assert "PYTORCH_CUDA_ALLOC_CONF=(unset)" in env[0]
-    assert f"command  {sys.executable} -m verl.trainer.main_ppo, {COMMAND_NOTE}" in lines
+    assert f"command  {sys.executable} -m recipe.trainer_main, {COMMAND_NOTE}" in lines
 
 
 def test_plan_text_without_defaults_has_no_defaults_line(tmp_path: Path) -> None:
@@ -466,12 +466,12 @@ def test_plan_text_shows_the_memory_estimate_and_its_warnings(tmp_path: Path) ->
 
 
 def test_plan_text_lists_the_overrides_by_group_one_per_line_printable(tmp_path: Path) -> None:
-    argv = ["/opt/my python/bin/python", "-m", "verl.trainer.main_ppo",
+    argv = ["/opt/my python/bin/python", "-m", "recipe.trainer_main",
             "data.a=1", "trainer.x=1", "data.b=2", "model_engine=megatron", "+trainer.bad=a\x1bb"]  # fmt: skip
     plan = dataclasses.replace(build_plan(smoke(tmp_path), {}), argv=argv, env={"A": "1", "B": None})
     lines = plan.to_text().splitlines()
     assert "env      A=1 B=(unset)" in lines
-    at = lines.index(f"command  '/opt/my python/bin/python' -m verl.trainer.main_ppo, {COMMAND_NOTE}")
+    at = lines.index(f"command  '/opt/my python/bin/python' -m recipe.trainer_main, {COMMAND_NOTE}")
     assert lines[at + 1 :] == [
         "  data      data.a=1",
         "            data.b=2",

@@ -36,7 +36,7 @@ def test_run_gives_the_trainer_the_plans_command_and_environment(tmp_path: Path,
     assert got is not None, "the trainer never ran"
     # The command `plan` showed, announced on stdout, then run.
     assert got["argv"] == plan["argv"]
-    assert got["argv"][1:3] == ["-m", "verl.trainer.main_ppo"] and "trainer.total_training_steps=2" in got["argv"]
+    assert got["argv"][1:3] == ["-m", "recipe.trainer_main"] and "trainer.total_training_steps=2" in got["argv"]
     assert f"Executing: {shlex.join(plan['argv'])}" in done.stdout.splitlines()
     # The environment the plan decided, not the one the user started with.
     trainer_env = got["env"]
@@ -218,7 +218,7 @@ def test_run_warns_before_the_trainer_when_the_prompt_budget_drops_rows(tmp_path
     assert (
         "data.max_prompt_length=1024: verl will drop 3 of the 100 training rows (3.0 %) as too long, without a word "
         "(their prompts, counted with their images by prepare-data, are longer); 1200 keeps 99 %: "
-        "`-- data.max_prompt_length=1200` (plan shows what it costs in memory)"
+        "`data.max_prompt_length=1200` (in OVERRIDES, or after `--` of plan and run); plan shows what it costs in memory"
     ) in done.stderr
     # Within budget (an override after `--` raises it), or a manifest for another file: no warning.
     assert "verl will drop" not in cli(["run", "--", "data.max_prompt_length=1300"], env).stderr

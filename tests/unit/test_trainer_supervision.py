@@ -147,11 +147,11 @@ def test_the_test_stand_in_runs_with_the_trainers_argv_appended(
     out = tmp_path / "argv"
     stand_in = shlex.join([SH, "-c", f"printf '%s\\n' \"$@\" > '{out}'; exit 3", "stand-in"])
     monkeypatch.setenv(TEST_TRAINER_VARIABLE, stand_in)
-    argv = ["python3", "-m", "verl.trainer.main_ppo", "data.seed=42"]
+    argv = ["python3", "-m", "recipe.trainer_main", "data.seed=42"]
     with caplog.at_level(logging.WARNING, logger="recipe"):
         assert _run_trainer(argv, _env()) == 3
     # What is announced is the trainer's command; the stand-in gets it whole as its arguments.
-    assert capsys.readouterr().out == "Executing: python3 -m verl.trainer.main_ppo data.seed=42\n"
+    assert capsys.readouterr().out == "Executing: python3 -m recipe.trainer_main data.seed=42\n"
     assert out.read_text().splitlines() == argv
     assert caplog.messages == [f"{TEST_TRAINER_VARIABLE} is set: running {stand_in} instead of the trainer (tests only)"]
 
@@ -163,8 +163,8 @@ def test_the_command_reaches_the_log_before_the_trainer_writes_anything(monkeypa
     monkeypatch.setattr("sys.stdout", piped)
     seen: list[str] = []
     monkeypatch.setattr(trainer, "execute", lambda argv, env: seen.append(piped.unflushed) or 0)
-    assert _run_trainer(["python3", "-m", "verl.trainer.main_ppo"], _env()) == 0
-    assert seen == [""] and piped.getvalue() == "Executing: python3 -m verl.trainer.main_ppo\n"
+    assert _run_trainer(["python3", "-m", "recipe.trainer_main"], _env()) == 0
+    assert seen == [""] and piped.getvalue() == "Executing: python3 -m recipe.trainer_main\n"
 
 
 def test_an_empty_stand_in_variable_runs_the_trainer_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

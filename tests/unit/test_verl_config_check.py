@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, strategies as st
 
 from recipe import verl_config as vc
 from recipe.launch import Override
@@ -599,3 +600,21 @@ def test_the_installed_verls_null_keys_take_their_dataclass_types() -> None:
         "(default None), not 'many'; verl would fail on it only when its trainer starts"
     ]
     assert os.path.isdir(config_dir)
+
+
+#: Every way to write "this type, or None" (issue 39, item 5): each must give the type's kind.
+_OR_NONE = ("{0} | None", "None | {0}", "Optional[{0}]", "typing.Optional[{0}]", "t.Optional[{0}]", "Union[{0}, None]",
+            "Union[None, {0}]", "typing.Union[{0}, None]", "'{0}'", "Optional['{0}']", "'Optional[{0}]'")  # fmt: skip
+
+
+@given(st.sampled_from(["int", "float", "bool", "str", "list[int]", "Any"]),
+       st.lists(st.sampled_from(_OR_NONE), max_size=3))  # fmt: skip
+def test_every_spelling_of_or_none_gives_the_same_kind(base: str, wrappers: list[str]) -> None:
+    """Wrapped in any mix of the spellings, nested or quoted, the kind is the bare type's (None for a non-number)."""
+    annotation = base
+    for wrapper in wrappers:
+        if "'" in wrapper and "'" in annotation:
+            continue  # one level of quoting: a string inside a string annotation is another spelling test's
+        annotation = wrapper.format(annotation)
+    expected = {"int": "int", "float": "float", "bool": "bool"}.get(base)
+    assert vc._annotation_kind(ast.parse(annotation, mode="eval").body) == expected, annotation

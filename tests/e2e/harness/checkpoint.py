@@ -70,3 +70,38 @@ def batch_rows(log: str) -> dict[int, list[int]]:
         step = int(match.group(1))
         rows.setdefault(step, []).extend(int(row) for row in match.group(2).split(",") if row.strip())
     return rows
+
+
+def saved_state(directory: Path) -> Any:
+    """A torch distributed checkpoint folder (actor/optimizer/dist_ckpt, actor/extra/dist_ckpt) read whole."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as scratch:
+        target = Path(scratch) / "state.pt"
+        dcp_to_torch_save(str(directory), str(target))
+        return torch.load(target, weights_only=False)
+
+
+def differences(first: Any, second: Any, path: str = "") -> list[str]:
+    """Where two saved states differ, to the bit: tensors by dtype, shape and every element; the rest by ==."""
+    import numpy
+    import torch
+
+    if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor):
+        if (first.dtype, first.shape) != (second.dtype, second.shape):
+            return [f"{path}: {first.dtype}{list(first.shape)} against {second.dtype}{list(second.shape)}"]
+        if torch.equal(first, second):
+            return []
+        return [f"{path}: differs by up to {(first.double() - second.double()).abs().max().item():.3e}"]
+    if isinstance(first, dict) and isinstance(second, dict):
+        if first.keys() != second.keys():
+            return [f"{path}: keys {sorted(map(str, first.keys() ^ second.keys()))} in one only"]
+        return [line for key in first for line in differences(first[key], second[key], f"{path}/{key}")]
+    if isinstance(first, (list, tuple)) and isinstance(second, (list, tuple)):
+        if len(first) != len(second):
+            return [f"{path}: {len(first)} items against {len(second)}"]
+        return [line for i, pair in enumerate(zip(first, second)) for line in differences(*pair, f"{path}[{i}]")]
+    if isinstance(first, numpy.ndarray) and isinstance(second, numpy.ndarray):
+        return [] if numpy.array_equal(first, second) else [f"{path}: arrays differ"]
+    return [] if first == second else [f"{path}: {first!r} against {second!r}"]

@@ -89,6 +89,17 @@ def cpu_additions() -> dict[str, Addition]:
             f"{rollout}.free_cache_engine=False", "verl frees the KV cache through sleep mode, which is off"
         ),
         f"{rollout}.enforce_eager": Addition(f"{rollout}.enforce_eager=True", "no CUDA graphs on CPU"),
+        f"{rollout}.max_num_seqs": Addition(
+            f"{rollout}.max_num_seqs=1",
+            "batch invariance: vLLM-CPU's numerics depend on which sequences share a batch, and which do depends on "
+            "when each request arrives; one sequence at a time, a sample's tokens depend only on it and its seed "
+            "(the resumed run's step 2 must equal the uninterrupted one's to the bit, test_resume.py)",
+        ),
+        f"{rollout}.enable_prefix_caching": Addition(
+            f"{rollout}.enable_prefix_caching=False",
+            "batch invariance: with the cache a prompt's shared prefix is read from KV computed in an earlier batch "
+            "(the uninterrupted run's holds step 1's, the resumed run's nothing); without it, computed anew each time",
+        ),
         f"{rollout}.engine_kwargs.vllm.limit_mm_per_prompt": Addition(
             f"+{rollout}.engine_kwargs.vllm.limit_mm_per_prompt='{{\"image\":1,\"video\":0}}'",
             "host budget: one image per prompt, as the smoke data have; no video, so vLLM-CPU reserves no memory "

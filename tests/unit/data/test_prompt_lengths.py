@@ -58,7 +58,7 @@ def test_the_warning_names_the_limit_the_share_and_the_length_that_keeps_99_perc
     assert prompt_budget_warning(counted, 1024) == (
         "data.max_prompt_length=1024: verl will drop 3 of the 100 training rows (3.0 %) as too long, without a word "
         "(their prompts, counted with their images by prepare-data, are longer); 1200 keeps 99 %: "
-        "`-- data.max_prompt_length=1200` (plan shows what it costs in memory)"
+        "`data.max_prompt_length=1200` (in OVERRIDES, or after `--` of plan and run); plan shows what it costs in memory"
     )
 
 

@@ -71,8 +71,9 @@ def test_an_explicit_resume_choice_is_not_blocked(
 
 #: The way out every refusal ends with (README, "Lenient export, checked"): pinned, since users grep for it.
 WAY_OUT = (
-    "resume from a step you checked with `-- trainer.resume_mode=resume_path trainer.resume_from_path=<its "
-    "global_step_N dir>`, start afresh with `-- trainer.resume_mode=disable`, or move that step away"
+    "resume from a step you checked with the overrides `trainer.resume_mode=resume_path trainer.resume_from_path=<its "
+    "global_step_N dir>` (in OVERRIDES, or after `--` of plan and run), start afresh with `trainer.resume_mode=disable` "
+    "(in OVERRIDES, or after `--` of plan and run), or move that step away"
 )
 #: Why a resume mode is refused (recipe.launch.resume_mode_problem), after `trainer.resume_mode=<value>: `.
 NOT_A_MODE = (

@@ -1,0 +1,107 @@
+"""Whether the run has reached its end, read from what it left on disk.
+
+`run` asks twice. Before it starts anything: a checkpoint root whose run already saved its last
+step is done, and a restart (Compose's on-failure policy, the Job's backoffLimit) must not train
+again, nor fail on the resume guard. And after the trainer's process died of a signal: a C++
+teardown crash after the work was done (recipe.trainer_main prevents the known one) is no failed
+run. Both answer from the same evidence, and only from evidence: verl's tracker names the planned
+last step, verl finished that save (its manifest, written last), and that step's HF export
+passed its check (the export watcher's report, or the check made now). The planned total is
+`trainer.total_training_steps`, else the row estimate (recipe.run_length), an upper bound of
+verl's own count since verl only drops rows: a run that stops below it is not called finished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
+from recipe.digests import FileRefused, open_regular, read_bounded
+from recipe.export.watch import MANIFEST, REPORT_NAME, HF_SUBDIRS, HFExport, check_export
+from recipe.launch import checkpoint_root, override_value
+from recipe.plan import Plan
+from recipe.run_length import StepTotal, total_steps
+
+logger = logging.getLogger("recipe")
+
+#: An export report larger than this is not one the watcher wrote.
+MAX_REPORT_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class FinalSave:
+    """The run's last step, saved and checked."""
+
+    step: int
+    total: StepTotal
+    root: Path
+    export_status: str
+
+    def describe(self) -> str:
+        """`step 20 of 20, saved under ... (HF export complete)`."""
+        return f"step {self.step} of {self.total}, saved under {self.root} (HF export {self.export_status})"
+
+
+def planned_total(plan: Plan) -> StepTotal | None:
+    """The run's planned number of steps, as `plan` and the progress lines count it."""
+    settings = plan.settings
+    train_file = Path(override_value(plan.overrides, "data.train_files") or settings.resolved_train_files)
+    return total_steps(override_value(plan.overrides, "trainer.total_training_steps"), train_file,
+                       settings.train_batch_size, settings.total_epochs)  # fmt: skip
+
+
+def _report_status(report: Path) -> str | None:
+    """The status in the watcher's report of an export, or None when there is no readable one."""
+    try:
+        fd, _ = open_regular(report, MAX_REPORT_BYTES)
+    except (OSError, FileRefused):
+        return None
+    try:
+        document = json.loads(read_bounded(fd, MAX_REPORT_BYTES))
+    except (OSError, FileRefused, ValueError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+    status = document.get("status") if isinstance(document, dict) else None
+    return status if isinstance(status, str) else None
+
+
+def _export_status(step_dir: Path, step: int, reference: Path) -> str | None:
+    """The step's export status: the watcher's report beside it, else checked now (nothing written); None without one."""
+    export = next((step_dir / sub for sub in HF_SUBDIRS if (step_dir / sub).is_dir()), None)
+    if export is None:
+        return None
+    status = _report_status(export.parent / REPORT_NAME)  # where the watcher writes it (recipe.export.watch)
+    if status is not None:
+        return status
+    report = check_export(HFExport(step, export, True), reference=reference, write_report=False)
+    return None if report is None else report.status
+
+
+def final_save(plan: Plan) -> FinalSave | None:
+    """The run's last step when the checkpoint root holds it, complete and with a sound export; None otherwise.
+
+    Only where verl would resume from it (trainer.resume_mode=auto): with `disable` or a chosen
+    step the user asked to train, and nothing here stops that.
+    """
+    if override_value(plan.overrides, "trainer.resume_mode") != "auto":
+        return None
+    total = planned_total(plan)
+    root = Path(override_value(plan.overrides, "trainer.default_local_dir") or checkpoint_root(plan.settings))
+    try:
+        tracked = tracked_step_dir(root)
+    except ResumeCheckError:
+        return None  # the resume guard says why
+    if total is None or tracked is None or tracked[1] < total.steps:
+        return None
+    step_dir, step = tracked
+    if not (step_dir / MANIFEST).is_file():
+        return None
+    status = _export_status(step_dir, step, plan.settings.model_path)
+    if status is None or status == "broken":
+        return None
+    return FinalSave(step, total, root, status)

@@ -1,0 +1,205 @@
+"""A finished run stays finished (issue 39): the trainer's process ends with the run's own status, and `run` never trains
+a finished run again.
+
+recipe.trainer_main is run for real in a fresh interpreter, over a stand-in `verl.trainer.main_ppo` first on
+sys.path, whose teardown crashes like the one upstream reports (an atexit handler that kills the process with
+SIGSEGV, standing in for C++ destructors under Ray's threads): through the launcher the status is the run's,
+through `python -m verl.trainer.main_ppo` it is 139. `run` itself by direct calls (as test_trainer_run_command.py)
+and once end to end with a stand-in trainer that really dies of SIGSEGV.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from recipe.checkpoint_tracker import TRACKER_NAME
+from recipe.export.watch import MANIFEST, REPORT_NAME
+from recipe.plan import Plan
+from recipe.run.finish import final_save
+from recipe.run.trainer import run_command
+
+from .envtools import HANG_GUARD_S, REPO
+from .test_trainer_run_command import Trainer, _ours, _root, machine, plans  # noqa: F401  (fixtures)
+
+FAKE_MAIN_PPO = textwrap.dedent(
+    """
+    import atexit, os, signal, sys
+    sys.modules["ray._raylet"] = sys  # what `import ray` loads: the driver's native core
+    # The teardown crash: after main returned, interpreter exit dies of SIGSEGV.
+    atexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))
+
+    def main():
+        print("argv:", sys.argv[1:], flush=True)
+        if "boom=1" in sys.argv[1:]:
+            raise RuntimeError("the trainer failed")
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def fake_verl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fake-verl")
+    (root / "verl" / "trainer").mkdir(parents=True)
+    (root / "verl" / "__init__.py").write_text("")
+    (root / "verl" / "trainer" / "__init__.py").write_text("")
+    (root / "verl" / "trainer" / "main_ppo.py").write_text(FAKE_MAIN_PPO)
+    return root
+
+
+def _module(name: str, fake: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(REPO)])}
+    return subprocess.run([sys.executable, "-m", name, *args], env=env, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S, check=False)  # fmt: skip
+
+
+def test_a_teardown_crash_after_verls_main_returned_is_exit_0_through_the_launcher(fake_verl: Path) -> None:
+    direct = _module("verl.trainer.main_ppo", fake_verl, "a=1")
+    assert direct.returncode == -signal.SIGSEGV, direct  # upstream's way: the finished run reads as a crash
+    ours = _module("recipe.trainer_main", fake_verl, "a=1", "+b='x y'")
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == "argv: ['a=1', \"+b='x y'\"]\n"  # verl's main reads the same argv
+
+
+def test_an_exception_in_verls_main_is_exit_1_with_its_traceback(fake_verl: Path) -> None:
+    done = _module("recipe.trainer_main", fake_verl, "boom=1")
+    assert done.returncode == 1
+    assert "Traceback (most recent call last)" in done.stderr and "RuntimeError: the trainer failed" in done.stderr
+
+
+# --- `run` on a finished run -----------------------------------------------------------------------------------
+
+
+TOTAL = 2
+
+
+def _planned(base: Plan, tmp_path: Path) -> Plan:
+    """A one-device plan of TOTAL steps, its checkpoints under tmp_path."""
+    plan = _ours(base, tmp_path)
+    # The module's plan was built for other folders: its checkpoint root is this test's.
+    overrides = [o for o in plan.overrides if not o.startswith("trainer.default_local_dir=")]
+    return dataclasses.replace(plan, overrides=[*overrides, f"trainer.default_local_dir='{_root(tmp_path)}'",
+                                                f"trainer.total_training_steps={TOTAL}"])  # fmt: skip
+
+
+def _save(tmp_path: Path, step: int, status: str | None = "complete", manifest: bool = True) -> Path:
+    """What verl and the export watcher leave after saving `step`: the step folder, its manifest, the report, the tracker."""
+    step_dir = _root(tmp_path) / f"global_step_{step}"
+    (step_dir / "actor" / "model" / "huggingface").mkdir(parents=True, exist_ok=True)
+    if manifest:
+        (step_dir / MANIFEST).write_text("{}")
+    if status is not None:  # where the watcher writes it: beside the export
+        (step_dir / "actor" / "model" / REPORT_NAME).write_text(json.dumps({"status": status}))
+    (_root(tmp_path) / TRACKER_NAME).write_text(str(step))
+    return step_dir
+
+
+class SavesThenDies(Trainer):
+    """A trainer that saves `step` and then dies of SIGSEGV (exit 139)."""
+
+    def __init__(self, tmp_path: Path, step: int) -> None:
+        super().__init__(128 + signal.SIGSEGV)
+        self.tmp_path, self.step = tmp_path, step
+
+    def __call__(self, argv: object, env: dict[str, str]) -> int:
+        _save(self.tmp_path, self.step)
+        return super().__call__(argv, env)
+
+
+@pytest.mark.parametrize(("saved", "expected"), [(TOTAL, 0), (TOTAL - 1, 139)], ids=["after-final-save", "before-it"])
+def test_a_trainer_killed_by_a_signal_after_its_final_save_finished_the_run(
+    plans: dict[str, Plan], tmp_path: Path, machine: Trainer, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    capsys: pytest.CaptureFixture[str], saved: int, expected: int,
+) -> None:  # fmt: skip
+    from recipe.run import trainer
+
+    monkeypatch.setattr(trainer, "execute", SavesThenDies(tmp_path, saved))
+    assert run_command(_planned(plans["full"], tmp_path), progress=False) == expected
+    said = [line for line in capsys.readouterr().out.splitlines() if "died of signal" in line]
+    assert said == ([f"run: the trainer's process died of signal 11 (exit 139) after the run's last save, step 2 of 2, "
+                     f"saved under {_root(tmp_path)} (HF export complete): the run finished; exit 0"] if expected == 0 else [])
+
+
+def test_a_second_run_after_a_finished_one_exits_0_and_starts_nothing(
+    plans: dict[str, Plan], tmp_path: Path, machine: Trainer, capsys: pytest.CaptureFixture[str],  # noqa: F811
+) -> None:  # fmt: skip
+    _save(tmp_path, TOTAL)
+    plan = _planned(plans["full"], tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert run_command(plan, progress=False) == 0
+    assert machine.calls == []
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+    assert capsys.readouterr().out.startswith(f"run: already finished at step 2 of 2, saved under {_root(tmp_path)} "
+                                              "(HF export complete); nothing trained, nothing written.")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("step", "status", "manifest", "overrides"),
+    [
+        (TOTAL - 1, "complete", True, []),  # not the last step
+        (TOTAL, "broken", True, []),  # the last save's export is broken: the resume guard says so
+        (TOTAL, "complete", False, []),  # verl never finished that save
+        (TOTAL, "complete", True, ["trainer.resume_mode=disable"]),  # the user asked to train afresh
+        (TOTAL, "complete", True, ["trainer.total_training_steps=3"]),  # more steps asked for: train on
+    ],
+    ids=["earlier-step", "broken-export", "no-manifest", "resume-disabled", "more-steps"],
+)
+def test_what_is_not_a_finished_run(plans: dict[str, Plan], tmp_path: Path, step: int, status: str,  # noqa: F811
+                                    manifest: bool, overrides: list[str]) -> None:
+    _save(tmp_path, step, status, manifest)
+    plan = _planned(plans["full"], tmp_path)
+    assert final_save(plan) is not None or (step, status, manifest) != (TOTAL, "complete", True)  # the control
+    assert final_save(dataclasses.replace(plan, overrides=[*plan.overrides, *overrides])) is None
+
+
+@pytest.mark.parametrize("report", [b"", b"[" * 100_000, b"\xff", b'{"status": 3}', None])
+def test_an_unreadable_report_never_makes_a_run_finished(plans: dict[str, Plan], tmp_path: Path,  # noqa: F811
+                                                         report: bytes | None) -> None:
+    path = _save(tmp_path, TOTAL, status=None) / "actor" / "model" / REPORT_NAME
+    if report is None:
+        os.mkfifo(path)  # a FIFO: never opened in a blocking way
+    else:
+        path.write_bytes(report)
+    # Unreadable: the export is checked now, and an empty export folder is no sound export.
+    assert final_save(_planned(plans["full"], tmp_path)) is None
+    path.unlink()
+    path.write_text('{"status": "complete"}')
+    assert final_save(_planned(plans["full"], tmp_path)) is not None  # the control: a sound report finishes it
+
+
+def test_run_end_to_end_a_stand_in_that_really_segfaults_after_its_final_save(tmp_path: Path, model: Path) -> None:
+    """The real CLI in a process; the stand-in trainer saves step 2 of 2, then kills itself with SIGSEGV."""
+    from .runtools import cli, layout_of_one, run_environment
+
+    stand_in = tmp_path / "segfaults.py"
+    stand_in.write_text(textwrap.dedent(
+        """
+        import json, os, signal, sys
+        value = [a for a in sys.argv[1:] if a.startswith("trainer.default_local_dir=")][-1].split("=", 1)[1].strip("'")
+        step = os.path.join(value, "global_step_2")
+        os.makedirs(os.path.join(step, "actor", "model", "huggingface"), exist_ok=True)
+        open(os.path.join(step, "actor", "ckpt_contents.json"), "w").write("{}")
+        open(os.path.join(step, "actor", "model", "hf_export_report.json"), "w").write(json.dumps({"status": "lenient"}))
+        open(os.path.join(value, "latest_checkpointed_iteration.txt"), "w").write("2")
+        os.kill(os.getpid(), signal.SIGSEGV)
+        """
+    ))
+    env = run_environment(tmp_path, model, **layout_of_one(OVERRIDES="trainer.total_training_steps=2"))
+    env["RECIPE_TEST_TRAINER"] = f"{sys.executable} {stand_in}"
+    first = cli(["run"], env)
+    assert first.returncode == 0, first.stderr
+    assert "died of signal 11 (exit 139) after the run's last save, step 2 of 2" in first.stdout
+    second = cli(["run"], env)
+    assert second.returncode == 0, second.stderr
+    assert "run: already finished at step 2 of 2" in second.stdout and "Executing:" not in second.stdout

@@ -90,8 +90,10 @@ MODULES = {
     "models": [f"{U}/test_models.py", f"{U}/test_layout.py", f"{U}/test_models_config_json.py"],
     "plan": [f"{U}/test_plan_orchestration.py", f"{U}/test_plan_workload_values.py"],
     # Its subprocess tests (the entry points, a pytest of its own) are not traced; the in-process ones are.
+    "numbers": [f"{U}/test_read_back_hostile.py"],
     "process_exit": [f"{U}/test_process_exit.py"],
     "provenance": [f"{E}/test_provenance_record.py", f"{E}/test_provenance_drift.py"],
+    "read_back": [f"{U}/test_read_back_hostile.py", f"{E}/test_digests.py"],
     "record_file": [f"{E}/test_record_file.py", f"{E}/test_record_hostile.py"],
     "run/finish": [f"{U}/test_run_finish.py"],
     "run/preflight": [f"{U}/test_preflight_checks.py"],

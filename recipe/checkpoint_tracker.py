@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from recipe.digests import FileRefused, open_regular, read_bounded
+from recipe.read_back import FileRefused, open_regular, read_bounded
 
 #: verl 0.9.1's tracker of the newest save, in trainer.default_local_dir (checkpoint_manager.py):
 #: present, verl resumes.

@@ -23,6 +23,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Literal
 
+from recipe.numbers import NumberRefused, whole_number
+from recipe.read_back import FileRefused, read_prefix
+
 Chip = Literal["a3", "910b"]
 #: What an image's chip is when nothing says otherwise: the Dockerfile's default CANN_CHIP.
 DEFAULT_CHIP: Chip = "a3"
@@ -76,9 +79,11 @@ def built_device_type(package_dir: Path | None = None) -> str | None:
             return None
         package_dir = Path(locations[0])
     try:
-        source = (package_dir / "_build_info.py").read_text(encoding="utf-8", errors="replace")[:65536]
-        tree = ast.parse(source)
-    except (OSError, SyntaxError, ValueError):
+        # Only its head is parsed (setup.py writes a few lines): a file of any size, or no regular file, is
+        # read no further, and a FIFO never blocks (recipe.read_back).
+        source = read_prefix(package_dir / "_build_info.py", 4 * BUILD_INFO_CHARS).decode("utf-8", "replace")
+        tree = ast.parse(source[:BUILD_INFO_CHARS])
+    except (FileRefused, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     for node in tree.body:
         if (
@@ -142,6 +147,10 @@ def chip_setting_problem(labels: dict[str, str] | None, setting: Chip | None) ->
     )
 
 
+#: torch_npu's soc_version numbers are three digits; past this the answer is no soc_version.
+MAX_SOC_VERSION = 10**6
+#: How much of vllm-ascend's _build_info.py is parsed (characters).
+BUILD_INFO_CHARS = 65536
 #: Run in a fresh interpreter: what torch_npu says this node's NPU is (vllm-ascend's own source of the fact).
 SOC_VERSION_PROBE = "import torch_npu; print(int(torch_npu.npu.get_soc_version()))"
 #: How long the probe may take: importing torch_npu loads CANN's libraries (seconds).
@@ -158,8 +167,13 @@ def node_soc_version(python: str = sys.executable, timeout_s: float = SOC_VERSIO
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.strip().splitlines()
-    # Not isdigit(): it takes '²', which int() refuses.
-    return int(lines[-1]) if done.returncode == 0 and lines and lines[-1].isdecimal() else None
+    # Plain ASCII digits only, as torch_npu prints them (not isdigit(): it takes '²', which int() refuses).
+    if done.returncode != 0 or not lines or not (lines[-1].isascii() and lines[-1].isdecimal()):
+        return None
+    try:  # a number of 5,000 digits, or '²', is no soc_version: never int()'s ValueError
+        return whole_number(lines[-1], 0, MAX_SOC_VERSION, "soc_version")
+    except NumberRefused:
+        return None
 
 
 def chip_problem(soc_version: int | None = None, built_type: str | None = None) -> str | None:

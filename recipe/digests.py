@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe.atomic import atomic_write
+from recipe.read_back import CHUNK, FileRefused, _size_text, open_regular, read_bounded  # noqa: F401 - part of digests' API
 
 #: Largest data file (TRAIN_FILES, VAL_FILES, a file of a --source tree) hashed: about 85 s once.
 MAX_DATA_BYTES = 64 << 30
@@ -37,51 +38,8 @@ MAX_DATA_BYTES = 64 << 30
 MAX_MODEL_FILE_BYTES = 1 << 30
 #: Largest cache file read; beyond it the cache starts afresh.
 CACHE_MAX_BYTES = 4 << 20
-CHUNK = 1 << 20
 #: A file changed this recently (ns) is hashed but not cached: its ctime could still repeat.
 RACY_NS = 1_000_000_000
-
-
-class FileRefused(ValueError):
-    """A file that is not hashed: not a regular file, or above its bound."""
-
-
-def _size_text(size: int) -> str:
-    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if size >= 1 << shift:
-            return f"{size / (1 << shift):.1f} {unit}"
-    return f"{size} B"
-
-
-def open_regular(path: Path, limit: int, *, follow: bool = True) -> tuple[int, os.stat_result]:
-    """An fd of `path` opened for reading, with its fstat; FileRefused unless a regular file of at most `limit` bytes.
-
-    O_NONBLOCK keeps a FIFO from blocking the open; the checks are on the opened file itself,
-    so a path swapped after a stat cannot slip another file in. `follow=False` refuses a symlink.
-    """
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
-    fd = os.open(path, flags)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise FileRefused(f"{path}: not a regular file")
-        if info.st_size > limit:
-            raise FileRefused(f"{path}: {_size_text(info.st_size)}, above the {_size_text(limit)} bound")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, info
-
-
-def read_bounded(fd: int, limit: int) -> bytes:
-    """At most `limit` bytes of fd; FileRefused when it holds more (it grew since it was checked)."""
-    chunks, total = [], 0
-    while chunk := os.read(fd, min(CHUNK, limit + 1 - total)):
-        chunks.append(chunk)
-        total += len(chunk)
-        if total > limit:
-            raise FileRefused(f"more than {_size_text(limit)}")
-    return b"".join(chunks)
 
 
 def sha256_file(path: Path, limit: int = MAX_DATA_BYTES) -> str:

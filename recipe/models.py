@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe.errors import RecipeConfigError
+from recipe.read_back import FileRefused, parse_json
 from recipe.model_sizes import (
     MAX_COUNT,
     QWEN3_5_35B_A3B_CONFIG,
@@ -175,11 +176,9 @@ def load_architecture(model_path: Path) -> ModelSource:
         raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json cannot be examined ({exc.strerror})"]) from None
     data = _read_config(config_file, name)
     try:
-        config = json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json nests too deeply to be a model config"]) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json is unreadable ({exc})"]) from None
+        config = parse_json(data, "config.json")
+    except FileRefused as refused:
+        raise RecipeConfigError([f"MODEL_PATH={name!r}: {refused}"]) from None
     if not isinstance(config, dict):
         raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json is not a JSON object"])
     architecture = architecture_from_config(config, name)

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from recipe.atomic import atomic_write
-from recipe.digests import FileRefused, open_regular, read_bounded
+from recipe.read_back import FileRefused, open_regular, read_bounded
 
 RECORD_NAME = "run-record.json"
 SCHEMA_VERSION = 1

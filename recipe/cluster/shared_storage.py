@@ -19,6 +19,7 @@ from pathlib import Path
 from recipe.atomic import atomic_write
 from recipe.cluster.readiness import NodeReport, _connected
 from recipe.errors import RecipeConfigError
+from recipe.read_back import FileRefused, open_regular, read_bounded
 
 #: The checkpoint root as this node's `run` resolved it (CHECKPOINT_DIR/PROJECT_NAME/EXPERIMENT_NAME).
 ROOT_VARIABLE = "RECIPE_CHECKPOINT_ROOT"
@@ -34,12 +35,19 @@ def read_nonce(head_root: str) -> tuple[str, str]:
     root = os.environ.get(ROOT_VARIABLE) or head_root
     path = os.path.join(root, NONCE_FILE)
     try:
-        # O_NOFOLLOW and O_NONBLOCK: a planted link or FIFO is an answer, never a hang.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        # Not through a link, a regular file of a nonce's size only (recipe.read_back): a planted link,
+        # FIFO, folder or huge file is an answer naming what it is, never a hang or a wrong nonce.
+        fd, _ = open_regular(Path(path), _MAX_READ, follow=False)
     except OSError as error:
         return root, f"error: {error.strerror or type(error).__name__}"
-    with os.fdopen(fd, "rb") as handle:
-        return root, handle.read(_MAX_READ).decode("utf-8", "replace")
+    except FileRefused as refused:
+        return root, f"error: {str(refused).removeprefix(f'{path}: ')}"
+    try:
+        return root, read_bounded(fd, _MAX_READ).decode("utf-8", "replace")
+    except (OSError, FileRefused) as error:
+        return root, f"error: {getattr(error, 'strerror', None) or error}"
+    finally:
+        os.close(fd)
 
 
 def shared_storage_problems(

@@ -29,6 +29,8 @@ STEP_DIR = re.compile(r"^global_step_([0-9]+)$")  # ASCII digits only, as verl w
 HF_SUBDIRS: tuple[str, ...] = ("actor/model/huggingface", "actor/huggingface")
 MANIFEST = "actor/ckpt_contents.json"
 REPORT_NAME = "hf_export_report.json"
+#: A report larger than this is not one the watcher wrote (they are kilobytes); its readers refuse it.
+MAX_REPORT_BYTES = 16 << 20
 #: How deep below the given directory global_step_N folders are looked for.
 SEARCH_DEPTH = 3
 

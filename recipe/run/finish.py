@@ -13,24 +13,18 @@ verl's own count since verl only drops rows: a run that stops below it is not ca
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
-from recipe.digests import FileRefused, open_regular, read_bounded
-from recipe.export.watch import MANIFEST, REPORT_NAME, HF_SUBDIRS, HFExport, check_export
+from recipe.read_back import FileRefused, read_json
+from recipe.export.watch import HF_SUBDIRS, MANIFEST, MAX_REPORT_BYTES, REPORT_NAME, HFExport, check_export
 from recipe.launch import checkpoint_root, override_value
 from recipe.plan import Plan
 from recipe.run_length import StepTotal, total_steps
 
 logger = logging.getLogger("recipe")
-
-#: An export report larger than this is not one the watcher wrote.
-MAX_REPORT_BYTES = 16 << 20
-
 
 @dataclass(frozen=True)
 class FinalSave:
@@ -57,15 +51,9 @@ def planned_total(plan: Plan) -> StepTotal | None:
 def _report_status(report: Path) -> str | None:
     """The status in the watcher's report of an export, or None when there is no readable one."""
     try:
-        fd, _ = open_regular(report, MAX_REPORT_BYTES)
-    except (OSError, FileRefused):
+        document = read_json(report, MAX_REPORT_BYTES)
+    except FileRefused:
         return None
-    try:
-        document = json.loads(read_bounded(fd, MAX_REPORT_BYTES))
-    except (OSError, FileRefused, ValueError, RecursionError):
-        return None
-    finally:
-        os.close(fd)
     status = document.get("status") if isinstance(document, dict) else None
     return status if isinstance(status, str) else None
 

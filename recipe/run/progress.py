@@ -8,20 +8,30 @@ step), with tensorboard's own reader. The total is recipe.run_length's, the one 
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from recipe.numbers import finite_or_none
+from recipe.read_back import FileRefused
 from recipe.run_length import StepTotal
 
 logger = logging.getLogger("recipe")
 
 REWARD_TAG = "critic/rewards/mean"
 STEP_SECONDS_TAG = "timing_s/step"
+#: A step time past this (a year) is no time of a step: left out of the ETA.
+MAX_STEP_SECONDS = 365 * 86400.0
 #: How often the event files are read again.
 POLL_INTERVAL_S = 10.0
+
+
+#: The part of a name that makes tensorboard's reader open a file (tensorboard's IsTensorFlowEventsFile).
+EVENT_FILE_MARK = "tfevents"
 
 
 def event_reader(directory: Path) -> Any:
@@ -31,15 +41,38 @@ def event_reader(directory: Path) -> Any:
     return EventAccumulator(str(directory), size_guidance={"scalars": 0})
 
 
-def read_steps(events: Any) -> dict[int, dict[str, float]]:
-    """step -> {tag: value} of the reward and step-time scalars, after reading what is new (an event_reader)."""
+def event_file_problem(directory: Path) -> str | None:
+    """Why tensorboard's reader must not open the event files there: one is no regular file (a FIFO would block it)."""
+    try:
+        names = [entry.name for entry in os.scandir(directory) if EVENT_FILE_MARK in entry.name]
+    except OSError as error:
+        return f"{directory}: cannot be listed ({error.strerror or type(error).__name__})"
+    for name in names:
+        try:
+            mode = os.stat(directory / name).st_mode
+        except OSError as error:
+            return f"{directory / name}: cannot be examined ({error.strerror or type(error).__name__})"
+        if not stat.S_ISREG(mode):
+            return f"{directory / name}: not a regular file"
+    return None
+
+
+def read_steps(events: Any, directory: Path | None = None) -> dict[int, dict[str, float | None]]:
+    """step -> {tag: value} of the reward and step-time scalars, after reading what is new (an event_reader).
+
+    A value that is no finite number (verl logs inf or NaN as they come) is None: shown as n/a. With
+    `directory`, its event files are checked first (event_file_problem): FileRefused instead of a hang.
+    """
+    problem = event_file_problem(directory) if directory is not None else None
+    if problem:
+        raise FileRefused(problem)
     events.Reload()
-    steps: dict[int, dict[str, float]] = {}
+    steps: dict[int, dict[str, float | None]] = {}
     available = set(events.Tags().get("scalars", []))
     for tag in (REWARD_TAG, STEP_SECONDS_TAG):
         if tag in available:
             for event in events.Scalars(tag):
-                steps.setdefault(int(event.step), {})[tag] = float(event.value)
+                steps.setdefault(int(event.step), {})[tag] = finite_or_none(event.value)
     return steps
 
 
@@ -49,13 +82,19 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def progress_line(step: int, metrics: dict[str, float], total: StepTotal | None, recent_seconds: list[float]) -> str:
-    """`step 3 of about 120: reward 0.412, 95.2 s/step, ETA 3h05m` (the parts verl logged)."""
+def _shown(value: float | None, form: str) -> str:
+    return "n/a" if value is None else format(value, form)
+
+
+def progress_line(
+    step: int, metrics: dict[str, float | None], total: StepTotal | None, recent_seconds: list[float]
+) -> str:
+    """`step 3 of about 120: reward 0.412, 95.2 s/step, ETA 3h05m` (the parts verl logged; n/a where not finite)."""
     parts = [f"step {step}" + (f" of {total}" if total else "")]
     if REWARD_TAG in metrics:
-        parts.append(f"reward {metrics[REWARD_TAG]:.3f}")
+        parts.append(f"reward {_shown(metrics[REWARD_TAG], '.3f')}")
     if STEP_SECONDS_TAG in metrics:
-        parts.append(f"{metrics[STEP_SECONDS_TAG]:.1f} s/step")
+        parts.append(f"{_shown(metrics[STEP_SECONDS_TAG], '.1f')} s/step")
     if total and recent_seconds and total.steps > step:
         parts.append(f"ETA {_duration((total.steps - step) * sum(recent_seconds) / len(recent_seconds))}")
     return "progress: " + ", ".join(parts)
@@ -76,10 +115,12 @@ class ProgressPrinter:
             if not self.directory.is_dir():
                 return  # verl creates it when its logger starts
             self.events = event_reader(self.directory)
-        for step, metrics in sorted(read_steps(self.events).items()):
+        for step, metrics in sorted(read_steps(self.events, self.directory).items()):
             if step in self.printed or STEP_SECONDS_TAG not in metrics:
                 continue
-            self.seconds[step] = metrics[STEP_SECONDS_TAG]
+            seconds = metrics[STEP_SECONDS_TAG]
+            if seconds is not None and 0 <= seconds <= MAX_STEP_SECONDS:
+                self.seconds[step] = seconds
             recent = [self.seconds[s] for s in sorted(self.seconds)[-5:]]
             self.emit(progress_line(step, metrics, self.total, recent))
             self.printed.add(step)

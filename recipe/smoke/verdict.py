@@ -18,6 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recipe.export.watch import MAX_REPORT_BYTES
+from recipe.numbers import NumberRefused, whole_number
+from recipe.read_back import FileRefused, parse_json, read_json, read_text
+
 if TYPE_CHECKING:  # counting imports transformers and verl: only where the check runs
     from recipe.data.prompt_lengths import PromptLengths
 
@@ -99,36 +103,56 @@ class MetricsError(Exception):
     """The metrics file cannot be read as verl's file logger writes it."""
 
 
+#: verl's metrics log of a smoke run is kilobytes; a file past this is no such log.
+MAX_METRICS_BYTES = 64 << 20
+
+
 def read_metrics(path: Path) -> dict[int, dict[str, float]]:
     """{step: {metric: value}} from verl's file logger; a later line of a step wins. Non-numbers are left out.
 
-    Raises MetricsError naming the file (and line) when it is missing or a line is not
-    `{"step": <int>, "data": {...}}`.
+    Raises MetricsError naming the file (and line) when it is missing, no regular file (a FIFO
+    never blocks the read), too large, or a line is not `{"step": <int>, "data": {...}}`. NaN and
+    Infinity, which Python's json writes, are kept: a NaN loss is the run's own verdict. A number no
+    float holds (hundreds of digits) is left out like a non-number.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as error:
-        raise MetricsError(f"{path}: cannot read the metrics verl logs ({error.strerror or error})") from None
+        text = read_text(Path(path), MAX_METRICS_BYTES)
+    except FileRefused as refused:
+        raise MetricsError(f"cannot read the metrics verl logs: {refused}") from None
     steps: dict[int, dict[str, float]] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except ValueError:
-            raise MetricsError(f"{path}:{number}: not a JSON line") from None
+            record = parse_json(line, f"{path}:{number}", constants=True)
+        except FileRefused as refused:
+            raise MetricsError(str(refused)) from None
         step = record.get("step") if isinstance(record, dict) else None
         data = record.get("data") if isinstance(record, dict) else None
         if isinstance(step, bool) or not isinstance(step, int) or not isinstance(data, dict):
             raise MetricsError(f'{path}:{number}: not a metrics line ({{"step": <int>, "data": {{...}}}})')
+        try:
+            step = whole_number(step, 0, MAX_STEP, "step")
+        except NumberRefused as refused:
+            raise MetricsError(f"{path}:{number}: {refused}") from None
         steps.setdefault(step, {}).update(
-            {str(name): float(value) for name, value in data.items() if _number(value)}
+            {str(name): value for name, raw in data.items() if (value := _metric(raw)) is not None}
         )
     return steps
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+#: No run has more steps than this; a larger `step` is no step of verl's.
+MAX_STEP = 10**9
+
+
+def _metric(value: Any) -> float | None:
+    """A metric's value as a float (NaN and infinities kept), or None for a non-number or one beyond any float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def _per_step(
@@ -244,9 +268,10 @@ def _watcher_report(export: Path) -> Check:
     path = export.parent / REPORT_NAME
     limit = "its report says COMPLETE or LENIENT"
     try:
-        status = json.loads(path.read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError, AttributeError):
-        return Check("export watcher", False, f"no readable report at {path}", limit)
+        report = read_json(path, MAX_REPORT_BYTES)
+    except FileRefused as refused:
+        return Check("export watcher", False, f"no readable report ({refused})", limit)
+    status = report.get("status") if isinstance(report, dict) else None
     return Check("export watcher", status in ("complete", "lenient"), str(status).upper(), limit)
 
 

@@ -26,16 +26,18 @@ def _sparse(path: Path) -> None:
         handle.truncate(MAX_CONFIG_BYTES + 1)
 
 
-#: What config.json is, and the line `plan` says about it (after `MODEL_PATH='<dir>': config.json `).
+#: What config.json is, and the line `plan` says about it (after `MODEL_PATH='<dir>': config.json`).
 UNUSABLE: dict[str, tuple[Callable[[Path], None], str]] = {
-    "a folder": (lambda path: path.mkdir(), "is not a regular file (a directory, FIFO, socket or device)"),
-    "a FIFO": (lambda path: os.mkfifo(path), "is not a regular file (a directory, FIFO, socket or device)"),
-    "a link to nothing": (lambda path: path.symlink_to(path.with_name("gone.json")), "is unreadable (No such file or directory)"),
-    "too large": (_sparse, f"is {MAX_CONFIG_BYTES + 1} bytes, larger than any model config ({MAX_CONFIG_BYTES})"),
-    "not UTF-8": (_write(b"\xff\xfe{}"), "is unreadable ('utf-8' codec can't decode byte 0xff in position 0: invalid start byte)"),
-    "not JSON": (_write(b"{"), "is unreadable (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
-    "nested too deep": (_write(b"[" * 100_000 + b"]" * 100_000), "nests too deeply to be a model config"),
-    "a list": (_write(b"[1, 2]"), "is not a JSON object"),
+    "a folder": (lambda path: path.mkdir(), " is not a regular file (a directory, FIFO, socket or device)"),
+    "a FIFO": (lambda path: os.mkfifo(path), " is not a regular file (a directory, FIFO, socket or device)"),
+    "a link to nothing": (lambda path: path.symlink_to(path.with_name("gone.json")), " is unreadable (No such file or directory)"),
+    "too large": (_sparse, f" is {MAX_CONFIG_BYTES + 1} bytes, larger than any model config ({MAX_CONFIG_BYTES})"),
+    "not UTF-8": (_write(b"\xff\xfe{}"), ": not UTF-8 text (byte 0)"),
+    "not JSON": (_write(b"{"), ": not JSON (Expecting property name enclosed in double quotes, line 1 column 2)"),
+    "nested too deep": (_write(b"[" * 100_000 + b"]" * 100_000), ": nested too deep to be read"),
+    "a 5000-digit number": (_write(b'{"num_attention_heads": ' + b"9" * 5000 + b"}"),
+                            ": not JSON: a number of more than 4,300 digits"),
+    "a list": (_write(b"[1, 2]"), " is not a JSON object"),
 }  # fmt: skip
 
 
@@ -45,7 +47,7 @@ def test_an_unusable_config_json_is_one_exact_line(tmp_path: Path, kind: str) ->
     make(tmp_path / "config.json")
     with pytest.raises(RecipeConfigError) as caught:
         load_architecture(tmp_path)
-    assert caught.value.problems == [f"MODEL_PATH={str(tmp_path)!r}: config.json {why}"]
+    assert caught.value.problems == [f"MODEL_PATH={str(tmp_path)!r}: config.json{why}"]
 
 
 def test_no_config_json_is_the_built_in_profile_and_says_so(tmp_path: Path) -> None:

@@ -97,8 +97,7 @@ def test_a_config_that_grew_after_its_size_was_checked_is_read_only_one_byte_pas
     monkeypatch.setattr(models.os, "fstat", fstat)
     column = MAX_CONFIG_BYTES + 1  # the `[` read as the last byte, and nothing after it
     assert _refused(tmp_path) == [
-        f"MODEL_PATH={str(tmp_path)!r}: config.json is unreadable (Expecting value: line 1 column {column + 1} "
-        f"(char {column}))"
+        f"MODEL_PATH={str(tmp_path)!r}: config.json: not JSON (Expecting value, line 1 column {column + 1})"
     ]
 
 

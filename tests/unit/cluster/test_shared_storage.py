@@ -289,15 +289,16 @@ def test_a_planted_fifo_does_not_hang_the_read(tmp_path: Path, monkeypatch: pyte
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         reader.join(timeout=5)
     assert not blocked, "the read blocked on a FIFO"
-    assert answers == [(str(tmp_path), "")]
+    assert answers == [(str(tmp_path), "error: not a regular file")]  # the cause, not an empty nonce
 
 
-def test_a_huge_or_binary_file_is_read_only_in_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """At most 256 bytes come back (a nonce is 32 hex digits); bytes that are no UTF-8 never raise."""
+def test_a_huge_file_is_refused_by_size_and_binary_bytes_never_raise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nonce is 32 hex digits: a file past 256 bytes is no nonce (said so); bytes that are no UTF-8 never raise."""
     monkeypatch.delenv(ROOT_VARIABLE, raising=False)
     (tmp_path / NONCE_FILE).write_bytes(b"\xff" + b"a" * 10_000)
-    _, text = shared_storage.read_nonce(str(tmp_path))
-    assert text == "\ufffd" + "a" * 255
+    assert shared_storage.read_nonce(str(tmp_path)) == (str(tmp_path), "error: 9.8 KiB, above the 256 B bound")
+    (tmp_path / NONCE_FILE).write_bytes(b"\xff" + b"a" * 200)
+    assert shared_storage.read_nonce(str(tmp_path))[1] == "\ufffd" + "a" * 200
 
 
 def test_the_read_keeps_no_descriptor_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -80,15 +80,25 @@ class SizesInvalid(SizesUnknown):
 MAX_COUNT = 2**31 - 1
 
 
+#: The counts that may be 0 and still describe a model: no shared expert, no learned position table.
+ZERO_ALLOWED = frozenset({"shared_expert_intermediate_size", "num_position_embeddings"})
+
+
 def _int(section: Mapping[str, Any], key: str) -> int:
-    """A count config.json must give: its absence is not guessed (transformers' class defaults differ by model)."""
+    """A count config.json must give: its absence is not guessed (transformers' class defaults differ by model).
+
+    Every count is at least 1 but those of ZERO_ALLOWED: a head_dim or a vocab_size of 0 passes
+    any type check, and would make a term of the estimate 0 (or a division by it) without a word.
+    """
     value = section.get(key)
     if value is None:
         raise SizesUnknown(f"config.json lacks {key}")
+    low = 0 if key in ZERO_ALLOWED else 1
     # JSON true/false are Python bools, which are ints; a count is never one.
-    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+    if type(value) is not int or not low <= value <= MAX_COUNT:
         shown = json.dumps(value)[:40] if isinstance(value, (int, float, str)) else type(value).__name__
-        raise SizesInvalid(f"config.json {key}={shown}: must be a whole number from 0 to {MAX_COUNT}")
+        why = "" if low == 0 else " (0 would leave the memory estimate's term for it empty)"
+        raise SizesInvalid(f"config.json {key}={shown}: must be a whole number from {low} to {MAX_COUNT}{why}")
     return value
 
 
@@ -106,8 +116,6 @@ def _layer_kinds(text: Mapping[str, Any], layers: int) -> list[str]:
         return list(kinds)
     if "full_attention_interval" in text:
         interval = _int(text, "full_attention_interval")
-        if interval < 1:
-            raise SizesUnknown(f"config.json full_attention_interval={interval}: must be at least 1")
         return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
     if any(key in text for key in _LINEAR_KEYS):
         raise SizesUnknown("config.json has Gated DeltaNet keys but neither layer_types nor full_attention_interval")
@@ -154,6 +162,12 @@ def sizes_from_config(config: Mapping[str, Any]) -> ModelSizes:
     shared_ffn = _int(text, "shared_expert_intermediate_size")
     kinds = _layer_kinds(text, layers)
     full, linear = kinds.count("full_attention"), kinds.count("linear_attention")
+    if not full:
+        # vLLM then keeps no KV cache: the estimate's KV term, and the tokens its pool holds, have nothing to size.
+        raise SizesInvalid(
+            "config.json layer_types / full_attention_interval: no full_attention layer among the "
+            f"{layers}, so the model has no KV cache to size; a Qwen3.5-MoE has one in every few layers"
+        )
     if linear:
         key_heads, value_heads, key_head_dim, value_head_dim, conv_kernel = (_int(text, k) for k in _LINEAR_KEYS)
     else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -60,17 +61,36 @@ def exit_status(code: object) -> int:
     return 1
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (`docker stop`, Kubernetes ending a pod): unwinds like Ctrl-C's KeyboardInterrupt."""
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
 def run_program(main: Callable[[], int]) -> NoReturn:
     """Run MAIN as the whole program and end the process with its status (exit_process).
 
     Also when MAIN ends by SystemExit (argparse's --help, --version and usage errors) or by an
     exception (its traceback is printed, status 1), which would otherwise reach the teardown.
+    A signal ends it with the shell's status for that signal and no traceback: Ctrl-C
+    (KeyboardInterrupt) 130, SIGTERM 143 (the README's exit table). Both unwind MAIN first, so its
+    `finally` blocks run; a part of MAIN that passes them on to a child (`run`'s trainer) sets its
+    own handler meanwhile.
     """
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         code = main()
     except SystemExit as stop:
         code = exit_status(stop.code)
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
+    except Terminated:
+        code = 128 + signal.SIGTERM
     except Exception:  # noqa: BLE001  (the program's last word: print it as the interpreter would)
         traceback.print_exc()
         code = 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     exit_process(code)

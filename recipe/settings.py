@@ -329,14 +329,21 @@ def _describe_error(error: Mapping[str, Any], environ: Mapping[str, str]) -> str
     name = str(error["loc"][0]).upper() if error["loc"] else "settings"
     raw = REDACTED if name in SECRET_SETTINGS else _lookup(environ, name)
     kind = error["type"]
+    whole = _is_whole(name)
     if kind in {"int_parsing", "int_from_float", "int_type"}:
         rule = "must be a whole number"
+    elif kind in {"float_parsing", "float_type"}:
+        rule = "must be a number"
+    elif kind == "finite_number":
+        rule = "must be a finite number"
+    elif kind == "greater_than" and error["ctx"]["gt"] == 0:
+        rule = f"must be a positive {'whole number' if whole else 'number'}"
     elif kind == "greater_than":
-        rule = "must be a positive whole number"
+        rule = f"must be greater than {_bound(error['ctx']['gt'])}"
     elif kind == "greater_than_equal":
-        rule = f"must be at least {error['ctx']['ge']}"
+        rule = f"must be at least {_bound(error['ctx']['ge'])}"
     elif kind == "less_than_equal":
-        rule = f"must be at most {error['ctx']['le']}"
+        rule = f"must be at most {_bound(error['ctx']['le'])}"
     elif kind == "literal_error":
         rule = f"must be one of {error['ctx']['expected']}"
     elif kind == "bool_parsing":
@@ -345,6 +352,17 @@ def _describe_error(error: Mapping[str, Any], environ: Mapping[str, str]) -> str
         # Pydantic's own wording, without its "Value error, " prefix.
         rule = str(error["msg"]).removeprefix("Value error, ")
     return f"{name}={raw!r}: {rule}"
+
+
+def _bound(value: Any) -> str:
+    """A validator's bound as people write it: 4096, not 4096.0; 2147483647, not 2.14748e+09."""
+    return format(value, "g") if isinstance(value, float) and not value.is_integer() else str(int(value))
+
+
+def _is_whole(name: str) -> bool:
+    """Whether the setting NAME holds whole numbers (its type has no float in it)."""
+    field = Settings.model_fields.get(name.lower())
+    return field is None or "float" not in str(field.annotation)
 
 
 def _lookup(environ: Mapping[str, str], name: str) -> str | None:

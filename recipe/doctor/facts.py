@@ -25,6 +25,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from recipe.read_back import FileRefused, read_file
+
 #: Where an image keeps its labels and locks; RECIPE_IMAGE_INFO_DIR moves it (tests, other images).
 IMAGE_INFO_DIR = Path("/etc/grpo-recipe")
 IMAGE_INFO_VARIABLE = "RECIPE_IMAGE_INFO_DIR"
@@ -62,6 +64,10 @@ def _is_folder(path: Path) -> bool:
         return False
 
 
+#: An image's label file or lock is kilobytes; one past this is not what the image carries.
+MAX_IMAGE_INFO_BYTES = 16 << 20
+
+
 def read_labels(directory: Path) -> tuple[dict[str, str], list[str]] | None:
     """Labels from directory/labels.d/*.labels (`key=value` lines, `#` comments); None outside an image.
 
@@ -74,9 +80,9 @@ def read_labels(directory: Path) -> tuple[dict[str, str], list[str]] | None:
     labels: dict[str, str] = {}
     files = sorted(folder.glob("*.labels"))
     for path in files:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        try:  # a FIFO or folder named *.labels is refused at once, never read (recipe.read_back)
+            text = read_file(path, MAX_IMAGE_INFO_BYTES).decode("utf-8", errors="replace")
+        except FileRefused:
             continue  # the labels check then names what it cannot find
         for line in text.splitlines():
             line = line.strip()
@@ -92,8 +98,8 @@ def lock_digests(directory: Path) -> dict[str, str]:
     if _is_folder(directory):
         for path in sorted(directory.glob("*.lock")):
             try:
-                digests[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
-            except OSError:  # a folder named *.lock, or unreadable: left out (doctor prints the locks it found)
+                digests[path.name] = hashlib.sha256(read_file(path, MAX_IMAGE_INFO_BYTES)).hexdigest()
+            except FileRefused:  # a folder or FIFO named *.lock, or unreadable: left out (doctor prints the locks it found)
                 continue
     return digests
 

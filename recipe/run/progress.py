@@ -30,6 +30,8 @@ MAX_STEP_SECONDS = 365 * 86400.0
 POLL_INTERVAL_S = 10.0
 
 
+#: verl logs a few hundred scalars a step: a year of steps is far below this; a larger file is none of verl's.
+MAX_EVENT_FILE_BYTES = 64 << 30
 #: The part of a name that makes tensorboard's reader open a file (tensorboard's IsTensorFlowEventsFile).
 EVENT_FILE_MARK = "tfevents"
 
@@ -49,11 +51,13 @@ def event_file_problem(directory: Path) -> str | None:
         return f"{directory}: cannot be listed ({error.strerror or type(error).__name__})"
     for name in names:
         try:
-            mode = os.stat(directory / name).st_mode
+            mode = os.stat(directory / name)
         except OSError as error:
             return f"{directory / name}: cannot be examined ({error.strerror or type(error).__name__})"
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(mode.st_mode):
             return f"{directory / name}: not a regular file"
+        if mode.st_size > MAX_EVENT_FILE_BYTES:
+            return f"{directory / name}: {mode.st_size >> 30} GiB, above the {MAX_EVENT_FILE_BYTES >> 30} GiB an event file of a run holds"
     return None
 
 

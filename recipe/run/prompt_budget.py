@@ -9,13 +9,14 @@ line at INFO, never a failure: the count is advice, the data were already checke
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
 from recipe.data.prepare import MANIFEST_NAME
 from recipe.data.prompt_lengths import KEEP_SHARE, PromptLengths, RowLength
-from recipe.digests import FileRefused, sha256_file
+from recipe.digests import sha256_file
 from recipe.hydra_text import override_hint
+from recipe.read_back import FileRefused, read_json
 
 #: Warn when the limit drops more than this share of the training rows.
 DROP_WARN_SHARE = 0.01
@@ -26,14 +27,12 @@ MAX_MANIFEST_BYTES = 64 << 20
 def recorded_lengths(train_file: Path) -> PromptLengths | str:
     """The training prompts' lengths that prepare-data recorded for exactly this file, or why there are none."""
     manifest = train_file.parent / MANIFEST_NAME
-    try:
-        if manifest.stat().st_size > MAX_MANIFEST_BYTES:
-            return f"{manifest}: larger than {MAX_MANIFEST_BYTES >> 20} MiB, not prepare-data's"
-        record = json.loads(manifest.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not os.path.lexists(manifest):
         return f"no {MANIFEST_NAME} beside {train_file} (prepare-data writes one)"
-    except (OSError, ValueError, RecursionError) as error:  # RecursionError: JSON nested past the parser's depth
-        return f"{manifest}: unreadable ({type(error).__name__})"
+    try:
+        record = read_json(manifest, MAX_MANIFEST_BYTES)
+    except FileRefused as refused:  # a FIFO, a folder, too large, not JSON, nested too deep (recipe.read_back)
+        return f"unreadable: {refused}"
     record = record if isinstance(record, dict) else {}
     files = record.get("files") if isinstance(record.get("files"), dict) else {}
     split = next((name for name, entry in files.items()

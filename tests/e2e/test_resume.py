@@ -9,6 +9,9 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.e2e.conftest import E2ERun, ReferenceRun
 from tests.e2e.harness.checkpoint import FLAT_STATE, batch_rows, differences, optimizer_state, saved_state
@@ -89,11 +92,20 @@ def test_resume_guard_refuses_a_corrupt_newest_export(e2e: E2ERun, tmp_path: Pat
     assert "trainer.resume_mode=resume_path" in problem
 
 
-# The resumed run's step 2 is the uninterrupted run's step 2, to the bit ---------------------------------------
-#: The rollouts are batch-invariant here (one sequence at a time, no prefix cache: tests/e2e/harness/plan.py), so
-#: nothing that depends on the clock remains: every saved byte of step 2 and every metric verl logged for it must be
-#: the uninterrupted run's. Only the timing and throughput metrics are the clock's.
-CLOCK_METRICS = ("timing_s/", "timing_per_token_ms/", "perf/")
+# The resumed run's step 2 is the uninterrupted run's step 2 --------------------------------------------------------
+#: The rollouts here are one sequence at a time without a prefix cache (tests/e2e/harness/plan.py): the same tokens in
+#: both runs, so every reward, length, score, loss and grad-norm metric is the same number. Not to the bit, though:
+#: vLLM-CPU's log-probs of those tokens still differ between two engines (measured 1e-7 relative in the rollout-vs-
+#: actor metrics), and they reach the loss, so two fresh runs already differ after step 1 (Adam's first moment in
+#: 1,293 of 7.8M elements, by up to 2.9e-11). Measured after step 2, resumed against uninterrupted: master weights
+#: 3.6e-12 (one element), first moment 2.9e-11, second 1.8e-15, which is 3.6e-6, 8.4e-9 and 1.2e-9 of what one
+#: optimizer step moves each. The bound is a hundredth of one step's move: a dropped or repeated step moves a whole
+#: one (the test checks its own bound against that, step 1 for step 2). RNG, scheduler and data loader: exact.
+STEP_SHARE = 0.01
+#: Metrics that are the clock's or the allocator's, not the run's.
+CLOCK_METRICS = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/")
+#: Metrics computed from vLLM's log-probs (see above): the same to this relative tolerance; measured 2e-7.
+ROLLOUT_LOGPROB_METRICS, ROLLOUT_LOGPROB_TOLERANCE = ("rollout_corr/", "training/rollout_"), 1e-5
 
 
 def test_both_finished_runs_exit_0(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
@@ -119,28 +131,41 @@ def test_optimizer_schedule_survives_the_resume(e2e: E2ERun, e2e_reference: Refe
     assert resumed.scheduler_steps == reference.scheduler_steps
 
 
-def test_resumed_step_2_state_equals_the_uninterrupted_one(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
-    """fp32 master weights, both Adam moments, the RNG states and the data loader's state after step 2: bit for bit.
+def _beyond_a_hundredth_of_a_step(state: dict[str, Any], reference: dict[str, Any], step: dict[str, Any]) -> list[str]:
+    """The flat states (weights, moments) where `state` is further from `reference` than STEP_SHARE of `step`'s move."""
+    far = []
+    for name in FLAT_STATE:
+        move = (reference[name] - step[name]).abs().max().item()
+        gap = (state[name] - reference[name]).abs().max().item()
+        if not move > 0 or gap > STEP_SHARE * move:
+            far.append(f"{name}: {gap:.3e} from the uninterrupted run, one step moves it {move:.3e}")
+    return far
 
-    A dropped or repeated optimizer step, a replayed batch, a reseeded generator or a garbled load each change
-    them; the step itself must have moved the state (step 1's differs).
-    """
+
+def test_resumed_step_2_state_equals_the_uninterrupted_one(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
+    """After step 2: the RNG states, the LR scheduler and the data loader's state to the bit; fp32 master weights and
+    both Adam moments within a hundredth of one optimizer step's move (see STEP_SHARE for why not to the bit)."""
     import torch
 
     resumed, reference = e2e.step_dir(2), e2e_reference.step_dir(2)
-    for part in ("actor/optimizer/dist_ckpt", "actor/extra/dist_ckpt"):  # weights and moments; RNG and scheduler
-        assert differences(saved_state(resumed / part), saved_state(reference / part)) == [], part
+    assert differences(saved_state(resumed / "actor/extra/dist_ckpt"), saved_state(reference / "actor/extra/dist_ckpt")) == []
     loader = [torch.load(step / "data.pt", weights_only=False) for step in (resumed, reference)]
     assert differences(*loader) == []
-    before = optimizer_state(e2e_reference.step_dir(1))
-    after = optimizer_state(reference)
-    for name in FLAT_STATE:
-        assert not torch.equal(before.flat[name], after.flat[name]), f"{name}: step 2 changed nothing"
+    after = optimizer_state(reference).flat
+    before = optimizer_state(e2e_reference.step_dir(1)).flat
+    assert _beyond_a_hundredth_of_a_step(optimizer_state(resumed).flat, after, before) == []
+    # The bound catches what it is for: step 1's state in place of step 2's (a dropped step) is a whole step away.
+    assert len(_beyond_a_hundredth_of_a_step(before, after, before)) == len(FLAT_STATE)
 
 
 def test_resumed_step_2_metrics_equal_the_uninterrupted_ones(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
-    """Every metric verl logged for step 2 (rewards, losses, grad norm, lengths, log-prob gaps) is the same number."""
+    """Every metric verl logged for step 2 (rewards, scores, lengths, losses, grad norm) is the same number; those of
+    vLLM's log-probs agree to ROLLOUT_LOGPROB_TOLERANCE."""
     resumed, reference = step_metrics(e2e.second.text())[2], step_metrics(e2e_reference.run.text())[2]
-    same = {key for key in reference if not key.startswith(CLOCK_METRICS)}
-    assert len(same) >= 20 and "actor/grad_norm" in same, sorted(reference)
-    assert {key: resumed.get(key) for key in sorted(same)} == {key: reference[key] for key in sorted(same)}
+    kept = sorted(key for key in reference if not key.startswith(CLOCK_METRICS))
+    assert len(kept) >= 20 and "actor/grad_norm" in kept and "critic/rewards/mean" in kept, sorted(reference)
+    close = [key for key in kept if key.startswith(ROLLOUT_LOGPROB_METRICS)]
+    exact = [key for key in kept if key not in close]
+    assert {key: resumed.get(key) for key in exact} == {key: reference[key] for key in exact}
+    for key in close:
+        assert resumed[key] == pytest.approx(reference[key], rel=ROLLOUT_LOGPROB_TOLERANCE, abs=1e-12), key

@@ -68,9 +68,11 @@ def qwen3_5_configs(draw: st.DrawFn) -> dict[str, Any]:
     """Small Qwen3.5-MoE configs: layer mixes, gates, ties, expert and vision sizes (transformers always builds a vision tower)."""
     layers = draw(st.integers(1, 5))
     kinds = draw(st.lists(st.sampled_from(["full_attention", "linear_attention"]), min_size=layers, max_size=layers))
+    kinds[draw(st.integers(0, layers - 1))] = "full_attention"  # at least one: a model without is refused (no KV cache)
     kv = draw(_heads)
     # Layer kinds listed, or every interval-th layer full (transformers derives the list the same way).
-    pattern = draw(st.one_of(st.just({"layer_types": kinds}), st.integers(1, 4).map(lambda i: {"full_attention_interval": i})))
+    pattern = draw(st.one_of(st.just({"layer_types": kinds}),
+                             st.integers(1, layers).map(lambda i: {"full_attention_interval": i})))
     text = {
         "hidden_size": draw(st.sampled_from([16, 32, 48])),
         "vocab_size": draw(st.integers(8, 64)),
@@ -130,7 +132,10 @@ def test_a_count_that_is_not_a_whole_number_is_named(key: str, value: Any) -> No
     with pytest.raises(SizesInvalid) as caught:
         sizes_from_config(config)
     shown = json.dumps(value)[:40] if isinstance(value, (int, float, str)) else type(value).__name__
-    assert str(caught.value) == f"config.json {key}={shown}: must be a whole number from 0 to 2147483647"
+    assert str(caught.value) == (
+        f"config.json {key}={shown}: must be a whole number from 1 to 2147483647 (0 would leave the memory "
+        "estimate's term for it empty)"
+    )
 
 
 @settings(max_examples=20, deadline=None)
@@ -164,9 +169,25 @@ def test_every_layer_is_full_attention_with_an_interval_of_1_and_0_is_refused() 
     config["text_config"]["full_attention_interval"] = 1
     assert sizes_from_config(config).state_bytes_per_sequence == 0
     config["text_config"]["full_attention_interval"] = 0
-    with pytest.raises(SizesUnknown) as caught:
+    with pytest.raises(SizesInvalid) as caught:
         sizes_from_config(config)
-    assert str(caught.value) == "config.json full_attention_interval=0: must be at least 1"
+    assert str(caught.value).startswith("config.json full_attention_interval=0: must be a whole number from 1 to ")
+    config["text_config"]["full_attention_interval"] = 41  # past the 40 layers: none is full attention, no KV cache
+    with pytest.raises(SizesInvalid, match="no full_attention layer among the 40"):
+        sizes_from_config(config)
+
+
+@pytest.mark.parametrize("key", ["head_dim", "hidden_size", "vocab_size", "linear_key_head_dim", "num_experts_per_tok",
+                                 "linear_conv_kernel_dim", "moe_intermediate_size"])  # fmt: skip
+@pytest.mark.parametrize("section", ["text_config", "vision_config"])
+def test_a_zero_that_would_empty_a_term_of_the_estimate_is_refused_by_name(key: str, section: str) -> None:
+    """Well-typed but degenerate (issue 40): a size of 0 passes a type check and would make a term 0; named instead."""
+    config = json.loads(json.dumps(QWEN3_5_35B_A3B_CONFIG))
+    if key not in config[section]:
+        key = {"head_dim": "patch_size", "vocab_size": "spatial_merge_size"}.get(key, "depth")
+    config[section][key] = 0
+    with pytest.raises(SizesInvalid, match=f"config.json {key}=0: must be a whole number from 1 "):
+        sizes_from_config(config)
 
 
 @pytest.mark.parametrize(

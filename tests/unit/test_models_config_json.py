@@ -66,7 +66,8 @@ def test_a_count_the_memory_estimate_refuses_is_named_with_the_model_path(tmp_pa
     config["text_config"]["hidden_size"] = -1  # not a count the layout reads: only the memory estimate's check sees it
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert _refused(tmp_path) == [
-        f"MODEL_PATH={str(tmp_path)!r}: config.json hidden_size=-1: must be a whole number from 0 to 2147483647"
+        f"MODEL_PATH={str(tmp_path)!r}: config.json hidden_size=-1: must be a whole number from 1 to 2147483647 "
+        "(0 would leave the memory estimate's term for it empty)"
     ]
 
 

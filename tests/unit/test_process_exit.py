@@ -232,3 +232,35 @@ def test_the_unit_suite_ends_through_these_hooks() -> None:
 
     assert conftest.pytest_sessionstart is process_end.pytest_sessionstart
     assert conftest.pytest_unconfigure is process_end.pytest_unconfigure
+
+
+#: A program that loaded Ray's core (and arms the teardown crash), says it is ready, then waits to be signalled.
+WAITS_FOR_A_SIGNAL = CRASH_AT_TEARDOWN + textwrap.dedent(
+    """
+    import time
+    from recipe.process_exit import run_program
+    def main():
+        try:
+            print("ready", flush=True)
+            time.sleep(600)
+        finally:
+            print("unwound", flush=True)  # MAIN's finally blocks run before the exit
+        return 0
+    run_program(main)
+    """
+)
+
+
+@pytest.mark.parametrize(("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_a_signal_ends_a_ray_process_with_the_shells_status_and_no_traceback(sent: int, status: int) -> None:
+    """Ctrl-C is 130 and SIGTERM 143 (README's exit table), after MAIN unwound; no traceback, no teardown crash."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", WAITS_FOR_A_SIGNAL], cwd=REPO, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        child.send_signal(sent)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert (child.returncode, out, err) == (status, "unwound\n", "")

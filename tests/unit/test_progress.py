@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +122,30 @@ def test_progress_is_on_for_a_terminal_unless_asked_otherwise(
     monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
     chosen = trainer._progress(build_plan(settings_of(DEVICE="gpu"), environ={}), asked)
     assert isinstance(chosen, contextlib.nullcontext) is not prints
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e300])
+def test_a_scalar_that_is_no_finite_time_or_reward_is_n_a_and_the_lines_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: float
+) -> None:
+    """verl logs inf or NaN as they come (a NaN reward, a clock gone wrong): that step says n/a, the next prints."""
+    writer = _verl_logger(tmp_path, monkeypatch)
+    writer.log({REWARD_TAG: bad, STEP_SECONDS_TAG: bad if bad != 1e300 else 40.0}, step=1)
+    writer.log(_step(40.0, 0.5), step=2)
+    writer.finish()
+    lines: list[str] = []
+    ProgressPrinter(tmp_path, StepTotal(4, False), lines.append).poll()
+    # 1e300 as a float32 scalar (TensorBoard's) is inf: n/a too; its step's time is a sound 40 s there.
+    first = "n/a s/step" if bad != 1e300 else "40.0 s/step, ETA 2m00s"
+    assert lines == [f"progress: step 1 of 4, reward n/a, {first}", "progress: step 2 of 4, reward 0.500, 40.0 s/step, ETA 1m20s"]
+
+
+def test_an_event_file_that_is_a_fifo_stops_the_lines_with_a_warning_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    os.mkfifo(tmp_path / "events.out.tfevents.1.planted")
+    lines: list[str] = []
+    with caplog.at_level("WARNING", logger="recipe"), printing_progress(tmp_path, None, lines.append, interval_s=0.05):
+        pass
+    assert lines == []
+    assert any("progress lines stop" in message and "not a regular file" in message for message in caplog.messages)

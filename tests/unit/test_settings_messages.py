@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 
 from recipe.errors import RecipeConfigError
 from recipe.settings import (
@@ -82,7 +83,7 @@ def test_a_name_that_leaves_checkpoint_dir_is_one_exact_line(clean_env: pytest.M
         ("PROFILE", "tiny", "must be one of 'full' or 'smoke'"),
         ("EXPORT_STRICT", "strict", "must be true or false"),
         ("TEST_FREQ", "-2", "must be a positive number of steps, or -1 to disable"),
-        ("DEVICE_MEMORY_GIB", "inf", "Input should be a finite number"),
+        ("DEVICE_MEMORY_GIB", "inf", "must be a finite number"),
     ],
 )
 def test_each_rule_is_one_line_naming_the_variable_its_value_and_the_rule(
@@ -260,3 +261,75 @@ def test_an_env_file_that_is_a_fifo_is_never_opened(tmp_path: Path) -> None:
         writer.join(timeout=HANG_GUARD_S)
         os.close(reader)
     assert problems == []
+
+
+def _bounds() -> list[tuple[str, str, float]]:
+    """(setting, kind, bound) for every numeric bound the settings model declares (gt, ge, le, lt)."""
+    from annotated_types import Ge, Gt, Le, Lt
+
+    from recipe.settings import Settings
+
+    found = []
+    for name, field in Settings.model_fields.items():
+        for item in field.metadata:
+            for kind, cls in (("gt", Gt), ("ge", Ge), ("le", Le), ("lt", Lt)):
+                if isinstance(item, cls):
+                    found.append((name.upper(), kind, float(getattr(item, kind))))
+        if "PositiveInt" in str(field.annotation) or "gt=0" in str(field.annotation):
+            found.append((name.upper(), "gt", 0.0))
+    return found
+
+
+BOUNDS = _bounds()
+
+
+def test_every_numeric_setting_has_its_bounds_here() -> None:
+    names = {name for name, _, _ in BOUNDS}
+    assert {"TP", "DEVICE_MEMORY_GIB", "SEED", "RAY_PORT", "NODE_RANK", "RAY_WAIT_TIMEOUT"} <= names, names
+
+
+@pytest.mark.parametrize(("name", "kind", "bound"), BOUNDS, ids=[f"{n}-{k}" for n, k, _ in BOUNDS])
+@given(offset=st.integers(1, 10**6), fraction=st.sampled_from([0.5, 0.25, 0.001]))
+def test_a_value_on_each_side_of_a_bound_and_the_rule_the_message_states(
+    name: str, kind: str, bound: float, offset: int, fraction: float
+) -> None:
+    """Inside the bound: accepted. Outside: refused with a rule that is the bound, in the setting's own kind of number."""
+    from recipe.settings import _is_whole
+
+    whole = _is_whole(name)
+    step = offset if whole else offset * fraction
+    outside = bound - step if kind in ("gt", "ge") else bound + step
+    # Inside this bound, and never past the field's other one.
+    others = [b for n, k, b in BOUNDS if n == name and (k in ("le", "lt")) != (kind in ("le", "lt"))]
+    room = min((abs(b - bound) / 2 for b in others), default=step)
+    step = min(step, room if not whole else max(1, int(room)))
+    inside = bound + step if kind in ("gt", "ge") else bound - step
+    if kind == "ge":
+        inside = bound  # ge takes the bound itself
+    shown = (lambda v: str(int(v))) if whole else (lambda v: repr(float(v)))
+    companions = {"MASTER_ADDR": "head", "NNODES": "2", "RAY_AUTH_MODE": "disabled"} if name == "NODE_RANK" else {}
+    ok = _lines_for({name: shown(inside), **companions})
+    assert not [p for p in ok if p.startswith(f"{name}=")], ok
+    refused = [p for p in _lines_for({name: shown(outside), **companions}) if p.startswith(f"{name}=")]
+    assert len(refused) == 1, refused
+    rule = refused[0].split(": ", 1)[1]
+    expected = {
+        "gt": f"must be a positive {'whole number' if whole else 'number'}" if bound == 0 else f"must be greater than {bound:g}",
+        "ge": f"must be at least {int(bound) if bound.is_integer() else bound}",
+        "le": f"must be at most {int(bound) if bound.is_integer() else bound}",
+    }[kind]
+    assert rule == expected
+
+
+def _lines_for(values: dict[str, str]) -> list[str]:
+    """The lines `plan` would print for exactly these variables (the process environment replaced meanwhile)."""
+    from unittest import mock
+
+    from recipe.settings import load_settings
+
+    with mock.patch.dict(os.environ, values, clear=True):
+        try:
+            load_settings()
+        except RecipeConfigError as error:
+            return list(error.problems)
+    return []

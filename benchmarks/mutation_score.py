@@ -86,11 +86,13 @@ MODULES = {
     "layout": [f"{U}/test_layout.py"],
     "memory_fit": [f"{U}/test_memory_fit.py", f"{U}/test_memory_fit_terms.py", f"{U}/test_memory_fit_verdicts.py",
                    f"{U}/test_memory_fit_workload.py", f"{U}/test_plan_workload_values.py"],
+    "memory_workload": [f"{U}/test_memory_fit_workload.py", f"{U}/test_plan_workload_values.py"],
     "model_sizes": [f"{U}/test_model_sizes.py", f"{U}/test_model_sizes_edges.py"],
     "models": [f"{U}/test_models.py", f"{U}/test_layout.py", f"{U}/test_models_config_json.py"],
     "plan": [f"{U}/test_plan_orchestration.py", f"{U}/test_plan_workload_values.py"],
     # Its subprocess tests (the entry points, a pytest of its own) are not traced; the in-process ones are.
     "numbers": [f"{U}/test_read_back_hostile.py"],
+    "image_facts": [f"{U}/test_doctor_facts.py"],
     "process_exit": [f"{U}/test_process_exit.py"],
     "provenance": [f"{E}/test_provenance_record.py", f"{E}/test_provenance_drift.py"],
     "read_back": [f"{U}/test_read_back_hostile.py", f"{E}/test_digests.py"],
@@ -105,6 +107,7 @@ MODULES = {
     "run_length": [f"{U}/test_plan_launch_paths.py", f"{U}/test_progress.py"],
     # test_hostile_settings.py is left out, as for cluster/rules above.
     "settings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],
+    "env_warnings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],
     # Its subprocess tests (a stand-in verl's main run through it) are the only ones: not traced.
     "trainer_main": [f"{U}/test_run_finish.py"],
     "smoke/arithmetic": [f"{S}/test_arithmetic.py"],

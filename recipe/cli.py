@@ -29,6 +29,7 @@ from recipe import __version__
 from recipe.cluster import rules
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.doctor.command import add_doctor_parser, run_doctor
+from recipe.env_warnings import allow_drift_warnings, env_file_problems, near_miss_warnings
 from recipe.errors import RecipeConfigError, one_line, report_errors
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.report import printable
@@ -39,12 +40,7 @@ from recipe.process_exit import run_program
 from recipe.provenance import DRIFT_FIELDS
 from recipe.replay import add_replay_parser, run_replay
 from recipe.run.trainer import run_command
-from recipe.settings import (
-    allow_drift_warnings,
-    env_file_problems,
-    load_settings,
-    near_miss_warnings,
-)
+from recipe.settings import load_settings
 
 logger = logging.getLogger("recipe")
 

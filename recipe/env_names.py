@@ -1,7 +1,7 @@
 """The environment variables that the recipe's libraries read, by family: what a typo is compared with.
 
 `WANDB_PROJET` is a typo of wandb's `WANDB_PROJECT`, and wandb ignores it without a word; so do Ray,
-huggingface_hub, vLLM, NCCL and HCCL with theirs. The near-miss check (recipe.settings) can only say
+huggingface_hub, vLLM, NCCL and HCCL with theirs. The near-miss check (recipe.env_warnings) can only say
 "did you mean" when it knows the names each library really reads. They are read out of the
 libraries themselves, never typed by hand: every string literal of a family's form in their Python
 sources, and every NUL-terminated C string of that form in their shared libraries (NCCL's

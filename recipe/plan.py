@@ -20,6 +20,7 @@ from recipe.chip import DEFAULT_CHIP, Chip, assumed_chip, chip_setting_problem
 from recipe.device import DeviceDetection, detect_device
 from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
+from recipe.image_facts import image_info_dir, read_labels
 from recipe.launch import (
     Override,
     build_overrides,
@@ -29,14 +30,8 @@ from recipe.launch import (
     trainer_argv,
 )
 from recipe.layout import ParallelLayout, resolve_layout
-from recipe.memory_fit import (
-    EstimateSkipped,
-    MemoryEstimate,
-    device_memory,
-    estimate,
-    length_problems,
-    workload_from_overrides,
-)
+from recipe.memory_fit import MemoryEstimate, device_memory, estimate
+from recipe.memory_workload import EstimateSkipped, length_problems, workload_from_overrides
 from recipe.models import ModelSource, load_architecture
 from recipe.run_length import resume_point, total_steps
 from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
@@ -301,8 +296,6 @@ def _memory_estimate(
 
 def _assumed_chip(environ: Mapping[str, str], setting: Chip | None) -> tuple[Chip, str]:
     """The npu chip this plan is for: the image's label, else CANN_CHIP, else the default (recipe.chip)."""
-    from recipe.doctor.facts import image_info_dir, read_labels
-
     labels = read_labels(image_info_dir(environ))
     problem = chip_setting_problem(labels[0] if labels else None, setting)
     if problem:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from recipe.digests import MAX_MODEL_FILE_BYTES, FileRefused, cached_digest, sha
 from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
 from recipe.hydra_text import override_hint
+from recipe.image_facts import distribution_version, image_info_dir, lock_digests, read_labels
 from recipe.record_file import REWARD_FUNCTION_KEY, SCHEMA_VERSION
 from recipe.settings import REDACTED
 
@@ -97,19 +97,11 @@ def model_files(model_dir: Path) -> dict[str, str]:
 
 def installed_versions() -> dict[str, str | None]:
     """Version of each of FRAMEWORKS, from package metadata (nothing imported)."""
-    versions: dict[str, str | None] = {}
-    for name in FRAMEWORKS:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+    return {name: distribution_version(name) for name in FRAMEWORKS}
 
 
 def image_facts(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The image's labels and the sha256 of its locks (doctor's files); labels null outside an image."""
-    from recipe.doctor.facts import image_info_dir, lock_digests, read_labels
-
+    """The image's labels and the sha256 of its locks (recipe.image_facts); labels null outside an image."""
     directory = image_info_dir(environ)
     labels = read_labels(directory)
     return {"labels": labels[0] if labels else None, "locks": lock_digests(directory)}

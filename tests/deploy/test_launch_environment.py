@@ -102,7 +102,7 @@ def test_compose_variables_are_never_called_typos() -> None:
     """compose.yaml's own ${NAME}s reach the container through .env: none of them may draw a near-miss warning."""
     import re
 
-    from recipe.settings import near_miss_warnings
+    from recipe.env_warnings import near_miss_warnings
 
     names = set()
     for name in ("compose.yaml", "compose.plan.yaml"):

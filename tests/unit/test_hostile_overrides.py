@@ -388,7 +388,7 @@ def test_a_value_of_the_wrong_type_for_verls_config_is_refused_naming_key_value_
 def test_a_value_of_the_right_type_passes(data: Any) -> None:
     """Any value of the right type, except for the keys the memory estimate reads, whose values it also judges
     (`gpu_memory_utilization=3` does not fit: tests/unit/test_memory_fit.py)."""
-    from recipe.memory_fit import WORKLOAD_DEFAULTS
+    from recipe.memory_workload import WORKLOAD_DEFAULTS
 
     key, kind = data.draw(st.sampled_from([leaf for leaf in TYPED_LEAVES if leaf[0] not in WORKLOAD_DEFAULTS]))
     value = data.draw(_RIGHT[kind])

@@ -359,7 +359,7 @@ def test_any_config_json_gives_sound_numbers_or_lines_naming_model_path(tmp_path
      ("RAY_ADRESS", "RAY_ADDRESS"), ("RAY_AUTH_TOKN", "RAY_AUTH_TOKEN")],
 )  # fmt: skip
 def test_a_typo_of_our_setting_inside_another_programs_family_is_named(typo: str, meant: str) -> None:
-    from recipe.settings import near_miss_warnings
+    from recipe.env_warnings import near_miss_warnings
 
     assert near_miss_warnings({typo: "1"}) == [f"{typo} is not a setting (ignored); did you mean {meant}?"]
 
@@ -374,7 +374,7 @@ def test_a_typo_of_our_setting_inside_another_programs_family_is_named(typo: str
      ("HCL_EXEC_TIMEOUT", "HCCL_EXEC_TIMEOUT", "torch_npu"), ("WANDBB_PROJECT", "WANDB_PROJECT", "wandb")],
 )  # fmt: skip
 def test_a_typo_of_a_variable_a_library_reads_is_named_with_the_library(typo: str, meant: str, reader: str) -> None:
-    from recipe.settings import near_miss_warnings
+    from recipe.env_warnings import near_miss_warnings
 
     assert near_miss_warnings({typo: "1"}) == [
         f"{typo} is read by no library of the images (ignored); did you mean {meant}, which {reader} reads?"
@@ -384,7 +384,7 @@ def test_a_typo_of_a_variable_a_library_reads_is_named_with_the_library(typo: st
 def test_no_variable_a_library_reads_is_called_a_typo() -> None:
     """Every name of recipe/env_names.json, and every one the libraries installed here read (wandb may be newer)."""
     from recipe.env_names import known_names, scan_installed
-    from recipe.settings import near_miss_warnings
+    from recipe.env_warnings import near_miss_warnings
 
     table = {name for names in known_names().values() for name in names}
     installed = {name for entry in scan_installed().values() for names in entry.values() for name in names}
@@ -405,7 +405,7 @@ def test_the_family_cutoff_is_the_measured_tradeoff() -> None:
     import difflib
 
     from recipe.env_names import known_names
-    from recipe.settings import FAMILY_TYPO_CUTOFF
+    from recipe.env_warnings import FAMILY_TYPO_CUTOFF
 
     random = Random(0)
     named = slipped = alarms = names_seen = 0
@@ -426,7 +426,7 @@ def test_the_family_cutoff_is_the_measured_tradeoff() -> None:
 def test_any_one_letter_slip_in_a_long_library_name_is_caught(data: st.DataObject) -> None:
     # From 13 letters on, any one slip keeps difflib's ratio above the family cutoff: a warning is certain.
     from recipe.env_names import known_names
-    from recipe.settings import near_miss_warnings
+    from recipe.env_warnings import near_miss_warnings
 
     known = {name for names in known_names().values() for name in names}
     name = data.draw(st.sampled_from(sorted(name for name in known if len(name) >= 13)))
@@ -442,7 +442,7 @@ def test_any_one_letter_slip_in_a_long_library_name_is_caught(data: st.DataObjec
      ("NAME=a = b", False), ("", False)],
 )  # fmt: skip
 def test_an_env_file_line_with_blanks_around_the_equals_sign_is_named(tmp_path: Path, line: str, bad: bool) -> None:
-    from recipe.settings import env_file_problems
+    from recipe.env_warnings import env_file_problems
 
     env_file = tmp_path / ".env"
     env_file.write_text(f"EP=8\n{line}\n")
@@ -466,7 +466,8 @@ def test_plan_warns_about_the_env_file_it_can_see(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("field", "meant"), [("TRAIN_FILE", "TRAIN_FILES"), ("FRAMEWORK", "FRAMEWORKS"), ("MODEL_PAT", "MODEL_PATH")])
 def test_an_allow_drift_field_close_to_a_real_one_is_named(field: str, meant: str) -> None:
     from recipe.provenance import DRIFT_FIELDS
-    from recipe.settings import Settings, allow_drift_warnings
+    from recipe.env_warnings import allow_drift_warnings
+    from recipe.settings import Settings
 
     known = [*(name.upper() for name in Settings.model_fields), *DRIFT_FIELDS]
     assert allow_drift_warnings([field, "MY_LR", "TP"], known) == [

@@ -83,3 +83,14 @@ def test_the_command_line_is_only_the_command_line() -> None:
     tree = ast.parse((RECIPE / "cli.py").read_text())
     defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     assert defined <= {"_Parser", "_parser", "_split_extra", "_cmd_plan", "main", "console_main", "_dispatch"}, defined
+
+
+def test_only_the_command_line_imports_doctor() -> None:
+    """doctor reads the image's facts like plan and the run record do; none of them reaches up into it (issue 41)."""
+    outside = {
+        _module_name(path): sorted(name for name in _imports(ast.parse(path.read_text()), _module_name(path),
+                                                              path.name == "__init__.py") if name.startswith("recipe.doctor"))
+        for path in RECIPE.rglob("*.py")
+        if "doctor" not in path.relative_to(RECIPE).parts and path.name != "cli.py"
+    }  # fmt: skip
+    assert {module: names for module, names in outside.items() if names} == {}

@@ -15,15 +15,8 @@ from hypothesis import strategies as st
 
 from recipe.errors import RecipeConfigError
 from recipe.layout import ParallelLayout
-from recipe.memory_fit import (
-    WORKLOAD_DEFAULTS,
-    EstimateSkipped,
-    Workload,
-    actor_shard,
-    estimate,
-    model_state_bytes,
-    workload_from_overrides,
-)
+from recipe.memory_fit import actor_shard, estimate, model_state_bytes
+from recipe.memory_workload import WORKLOAD_DEFAULTS, EstimateSkipped, Workload, workload_from_overrides
 from recipe.model_sizes import QWEN3_5_35B_A3B_CONFIG, sizes_from_config
 from recipe.plan import build_plan
 from recipe.settings import load_settings

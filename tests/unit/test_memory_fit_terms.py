@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from recipe.layout import ParallelLayout
-from recipe.memory_fit import GIB, MemoryEstimate, Workload, estimate, vllm_cache_bytes
+from recipe.memory_fit import GIB, MemoryEstimate, estimate, vllm_cache_bytes
+from recipe.memory_workload import Workload
 from recipe.model_sizes import QWEN3_5_35B_A3B_CONFIG, ModelSizes, sizes_from_config
 
 SIZES = sizes_from_config(QWEN3_5_35B_A3B_CONFIG)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from recipe.memory_fit import EstimateSkipped, device_memory, workload_from_overrides
+from recipe.memory_fit import device_memory
+from recipe.memory_workload import EstimateSkipped, workload_from_overrides
 
 MICRO = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"
 CPU_OFFLOAD = "actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload"

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from recipe.errors import RecipeConfigError
-from recipe.memory_fit import LENGTH_KEYS, WORKLOAD_DEFAULTS, length_problems
+from recipe.memory_workload import LENGTH_KEYS, WORKLOAD_DEFAULTS, length_problems
 from recipe import plan as plan_module
 from recipe.plan import build_plan
 from recipe.smoke import shipped_model_dir

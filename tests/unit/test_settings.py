@@ -96,14 +96,15 @@ USUAL_ENVIRONMENT = [
 
 
 def test_a_typo_of_a_setting_is_named_with_the_setting() -> None:
-    from recipe.settings import near_miss_warnings
+    from recipe.env_warnings import near_miss_warnings
 
     assert near_miss_warnings({"TPP": "2"}) == ["TPP is not a setting (ignored); did you mean TP?"]
     assert near_miss_warnings({"NNODE": "2"}) == ["NNODE is not a setting (ignored); did you mean NNODES?"]
 
 
 def test_the_usual_environment_and_the_settings_themselves_never_warn() -> None:
-    from recipe.settings import Settings, near_miss_warnings
+    from recipe.env_warnings import near_miss_warnings
+    from recipe.settings import Settings
 
     assert near_miss_warnings(dict.fromkeys(USUAL_ENVIRONMENT, "x")) == []
     assert near_miss_warnings({name.upper(): "1" for name in Settings.model_fields}) == []
@@ -115,7 +116,7 @@ LONG_NAMES = sorted(n.upper() for n in Settings.model_fields if len(n) >= 6 and 
 @hsettings(max_examples=150, deadline=None)
 @given(name=st.sampled_from(LONG_NAMES), data=st.data())
 def test_any_one_letter_slip_in_a_long_name_is_caught(name: str, data: st.DataObject) -> None:
-    from recipe.settings import near_miss_warnings
+    from recipe.env_warnings import near_miss_warnings
 
     at = data.draw(st.integers(0, len(name) - 1))
     kind = data.draw(st.sampled_from(["drop", "double", "swap", "replace"]))

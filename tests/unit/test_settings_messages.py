@@ -15,16 +15,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
+from recipe.env_warnings import allow_drift_warnings, env_file_problems, near_miss_warnings
 from recipe.errors import RecipeConfigError
-from recipe.settings import (
-    REDACTED,
-    Settings,
-    allow_drift_warnings,
-    env_file_problems,
-    load_settings,
-    near_miss_warnings,
-    path_component_problem,
-)
+from recipe.settings import REDACTED, Settings, load_settings, path_component_problem
 
 from .envtools import HANG_GUARD_S
 

@@ -58,9 +58,12 @@ MODULES = {
     # test_doctor.py and test_doctor_runner.py run the entrypoint and real probes in subprocesses (mutmut cannot
     # see what they reach, and they are slow): the doctor modules are measured against direct-call tests.
     "doctor/checks": [f"{U}/test_doctor_checks.py"],
+    "doctor/trainer_imports": [f"{U}/test_doctor_checks.py"],
     "doctor/command": [f"{U}/test_doctor_command.py"],
     "doctor/facts": [f"{U}/test_doctor_facts.py"],
     "doctor/probe": [f"{U}/test_doctor_steps.py"],
+    "doctor/device_steps": [f"{U}/test_doctor_steps.py"],
+    "doctor/probe_events": [f"{U}/test_doctor_steps.py"],
     "doctor/runner": [f"{U}/test_doctor_probes.py"],
     "env_names": [f"{U}/test_env_names.py", f"{U}/test_env_names_commands.py"],
     "errors": [f"{U}/test_errors.py"],
@@ -75,6 +78,7 @@ MODULES = {
                         f"{E}/test_jsonsafe_text.py"],
     "export/report": [f"{E}/test_report.py", f"{E}/test_hf_check.py"],
     "export/shards": [f"{E}/test_shards_messages.py"],
+    "export/safetensors_header": [f"{E}/test_shards_messages.py"],
     "export/verl_patch": [f"{E}/test_verl_patch.py"],
     "export/watch": [f"{E}/test_watch_sweeps.py"],
     "help": [f"{U}/test_help.py"],

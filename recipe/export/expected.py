@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipe.export.shards import ShardError, allowed_roots, resolve_member
+from recipe.export.safetensors_header import ShardError
+from recipe.export.shards import allowed_roots, resolve_member
 
 logger = logging.getLogger("recipe.export.expected")
 

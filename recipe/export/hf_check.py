@@ -18,7 +18,8 @@ from pathlib import Path
 
 from recipe.export.expected import ExpectedTensors, ExportCheckError, expected_tensors
 from recipe.export.report import ExportReport, ShapeMismatch, Status
-from recipe.export.shards import INDEX_NAME, SINGLE_NAME, CheckpointContents, TensorInfo, read_checkpoint
+from recipe.export.safetensors_header import TensorInfo
+from recipe.export.shards import INDEX_NAME, SINGLE_NAME, CheckpointContents, read_checkpoint
 
 __all__ = ["DEFAULT_ALLOWED_PATTERNS", "ExportCheckError", "ExportReport", "verify_export"]
 

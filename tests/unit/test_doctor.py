@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from recipe import __version__
-from recipe.doctor import checks
+from recipe.doctor import checks, trainer_imports
 from recipe.doctor.command import SCHEMA_VERSION
 
 from .envtools import ENTRYPOINT, entrypoint_env
@@ -224,14 +224,14 @@ def test_import_targets_cover_what_run_checks_and_verl_core() -> None:
     from recipe.run.preflight import TRAINER_MODULES, TRAINER_SUPPORT_MODULES
 
     for device in ("gpu", "npu"):
-        targets, notes = checks.import_targets(device)
-        names = {checks.normalize(t.distribution) for t in targets}
+        targets, notes = trainer_imports.import_targets(device)
+        names = {trainer_imports.normalize(t.distribution) for t in targets}
         assert notes == []
-        assert {checks.normalize(d) for d in [*TRAINER_MODULES[device].values(), *TRAINER_SUPPORT_MODULES.values()]} <= names
+        assert {trainer_imports.normalize(d) for d in [*TRAINER_MODULES[device].values(), *TRAINER_SUPPORT_MODULES.values()]} <= names
         assert {"transferqueue", "mathruler", "qwen-vl-utils", "pyzmq"} <= names
         assert not names & {"pytest", "pytest-asyncio", "pytest-rerunfailures"}
         assert ("torchcodec" in names) == (device == "gpu")
-        modules = {checks.normalize(t.distribution): t.modules for t in targets}
+        modules = {trainer_imports.normalize(t.distribution): t.modules for t in targets}
         assert modules["transferqueue"] == ["transfer_queue"]  # not the `recipe` or `tests` it also ships
         assert modules["pyzmq"] == ["zmq"] and modules["hydra-core"] == ["hydra"]
 
@@ -535,11 +535,11 @@ def test_memory_warns_when_a_device_has_less_than_plan_assumes(
 ) -> None:
     """An H100 80GB reports 79.2 GiB: that is the 80 GiB plan assumes; a device with a tenth less is a warning
     naming the DEVICE_MEMORY_GIB that would make plan's estimate right."""
-    from recipe.doctor import probe
+    from recipe.doctor import device_steps, probe
 
-    monkeypatch.setattr(probe, "accelerator", lambda device_type: _Accelerator(totals))
+    monkeypatch.setattr(device_steps, "accelerator", lambda device_type: _Accelerator(totals))
     out = probe.Outcome()
-    probe.step_memory(out, "cuda", 80, "an H100 or A100 80GB")
+    device_steps.step_memory(out, "cuda", 80, "an H100 or A100 80GB")
     assert out.status == status, out.reason
     if status == "warn":
         assert f"assumes 80 GiB (an H100 or A100 80GB), the driver reports {min(totals):.1f}" in out.reason

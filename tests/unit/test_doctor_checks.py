@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from recipe.device import DeviceDetection
-from recipe.doctor import checks, facts
+from recipe.doctor import checks, facts, trainer_imports
 from recipe.doctor.runner import CheckResult, Probe, Step
 
 Usage = namedtuple("Usage", "total used free")
@@ -41,12 +41,12 @@ GIB = 1 << 30
     ],
 )
 def test_distribution_names_compare_as_pep_503_says(name: str, normal: str, squashed: str) -> None:
-    assert checks.normalize(name) == normal
-    assert checks._squash(name) == squashed
+    assert trainer_imports.normalize(name) == normal
+    assert trainer_imports._squash(name) == squashed
 
 
 def test_an_import_checks_name_is_import_colon_distribution() -> None:
-    assert checks.ImportTarget("TransferQueue", ["transfer_queue"], "0.1", "why").name == "import:TransferQueue"
+    assert trainer_imports.ImportTarget("TransferQueue", ["transfer_queue"], "0.1", "why").name == "import:TransferQueue"
 
 
 # --- what the trainer needs: verl's verl-core extra and the modules that prove each import ------
@@ -74,11 +74,11 @@ def fake_metadata(
         return requires
 
     def distribution(name: str) -> Any:
-        if checks.normalize(name) not in {checks.normalize(n) for n in installed}:
+        if trainer_imports.normalize(name) not in {trainer_imports.normalize(n) for n in installed}:
             raise NotFound(name)
         return types.SimpleNamespace(metadata={"Name": (spelled or {}).get(name, name)})
 
-    monkeypatch.setattr(checks, "metadata", types.SimpleNamespace(
+    monkeypatch.setattr(trainer_imports, "metadata", types.SimpleNamespace(
         PackageNotFoundError=NotFound, requires=requires_of, distribution=distribution,
         packages_distributions=lambda: packages or {},
     ))  # fmt: skip
@@ -110,19 +110,20 @@ def test_verl_core_requirements_are_the_names_in_that_extra(
     monkeypatch: pytest.MonkeyPatch, requires: list[str] | None, names: list[str]
 ) -> None:
     fake_metadata(monkeypatch, requires=requires)
-    assert checks.verl_core_requirements() == names
+    assert trainer_imports.verl_core_requirements() == names
 
 
 def test_without_verl_its_requirements_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_metadata(monkeypatch, verl_installed=False)
-    assert checks.verl_core_requirements() is None
+    assert trainer_imports.verl_core_requirements() is None
 
 
 @pytest.fixture
 def importable(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """Top-level modules find_spec finds (add to the set); every other one is not installed."""
     found: set[str] = set()
-    monkeypatch.setattr(checks, "find_spec", lambda name: object() if name in found else None)
+    for module in (checks, trainer_imports):  # both look modules up: the plan's probes, the imports' names
+        monkeypatch.setattr(module, "find_spec", lambda name: object() if name in found else None)
     return found
 
 
@@ -147,17 +148,17 @@ def test_the_modules_that_prove_a_distribution_come_from_its_own_metadata(
     importable: set[str], distribution: str, tops: dict[str, list[str]], found: set[str], modules: list[str]
 ) -> None:
     importable.update(found)
-    assert checks._modules_of(distribution, tops) == modules
+    assert trainer_imports._modules_of(distribution, tops) == modules
 
 
 @pytest.fixture
 def trainer_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     """What `run` checks and what the trainer imports, as small as the rules need (module -> distribution)."""
-    monkeypatch.setattr(checks, "TRAINER_MODULES", {"gpu": {"verl": "verl", "megatron.bridge": "megatron-bridge"},
+    monkeypatch.setattr(trainer_imports, "TRAINER_MODULES", {"gpu": {"verl": "verl", "megatron.bridge": "megatron-bridge"},
                                                     "npu": {"verl": "verl", "torch_npu": "torch_npu"}})  # fmt: skip
-    monkeypatch.setattr(checks, "TRAINER_SUPPORT_MODULES", {"transfer_queue": "TransferQueue", "qwen_vl_utils": "qwen-vl-utils"})
+    monkeypatch.setattr(trainer_imports, "TRAINER_SUPPORT_MODULES", {"transfer_queue": "TransferQueue", "qwen_vl_utils": "qwen-vl-utils"})
     # verl is named twice with the same module: it is imported once.
-    monkeypatch.setattr(checks, "DOCTOR_MODULES", {"gpu": {"torch": "torch", "verl.trainer": "verl", "verl": "verl"},
+    monkeypatch.setattr(trainer_imports, "DOCTOR_MODULES", {"gpu": {"torch": "torch", "verl.trainer": "verl", "verl": "verl"},
                                                    "npu": {"torch": "torch"}})  # fmt: skip
 
 
@@ -178,7 +179,7 @@ def test_import_targets_merge_what_run_checks_the_trainer_imports_and_verl_core(
         spelled={"qwen-vl-utils": "qwen-vl-utils"},
     )  # fmt: skip
     importable.add("zmq")
-    targets, notes = checks.import_targets("gpu")
+    targets, notes = trainer_imports.import_targets("gpu")
     assert notes == []
     assert [(t.distribution, t.modules, t.version, t.why) for t in targets] == [
         ("Absent-Dist", ["Absent_Dist"], None, "verl's verl-core extra"),  # not installed: its name as a module
@@ -192,7 +193,7 @@ def test_import_targets_merge_what_run_checks_the_trainer_imports_and_verl_core(
         ("verl", ["verl", "verl.trainer"], "0.9.1", "run checks it"),  # one target, both modules imported
     ]
     # verl-core's test tooling is no image's business; torchcodec is left out of the npu image on purpose.
-    npu = {t.distribution for t in checks.import_targets("npu")[0]}
+    npu = {t.distribution for t in trainer_imports.import_targets("npu")[0]}
     assert "torchcodec" not in npu and "torch_npu" in npu and not {"pytest", "pytest-asyncio"} & npu
 
 
@@ -202,7 +203,7 @@ def test_an_installed_distribution_is_named_as_its_metadata_spells_it(
     fake_metadata(monkeypatch, requires=['torchvision; extra == "verl-core"'], packages={"torchvision": ["torchvision"]},
                   installed={"qwen-vl-utils": "0.0.11", "torch": "2.11.0", "torchvision": "0.26.0"},
                   spelled={"qwen-vl-utils": "Qwen_VL_Utils", "torch": ""})  # fmt: skip
-    names = [t.distribution for t in checks.import_targets("npu")[0]]
+    names = [t.distribution for t in trainer_imports.import_targets("npu")[0]]
     # An empty Name in the metadata keeps the name asked for; sorted as pip lists them, case-insensitively.
     assert names == ["Qwen_VL_Utils", "torch", "torch_npu", "torchvision", "TransferQueue", "verl"]
 
@@ -211,7 +212,7 @@ def test_without_verl_the_report_says_its_requirements_cannot_be_read(
     monkeypatch: pytest.MonkeyPatch, importable: set[str], trainer_modules: None
 ) -> None:
     fake_metadata(monkeypatch, verl_installed=False)
-    targets, notes = checks.import_targets("gpu")
+    targets, notes = trainer_imports.import_targets("gpu")
     assert notes == ["verl is not installed: its verl-core requirements cannot be read"]
     assert [t.distribution for t in targets] == ["megatron-bridge", "qwen-vl-utils", "torch", "TransferQueue", "verl"]
 
@@ -541,15 +542,15 @@ def machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[st
     yield calls
 
 
-def target(distribution: str, version: str | None = "1.0", modules: list[str] | None = None) -> checks.ImportTarget:
-    return checks.ImportTarget(distribution, modules or [distribution.replace("-", "_")], version, f"why {distribution}")
+def target(distribution: str, version: str | None = "1.0", modules: list[str] | None = None) -> trainer_imports.ImportTarget:
+    return trainer_imports.ImportTarget(distribution, modules or [distribution.replace("-", "_")], version, f"why {distribution}")
 
 
 def plan_of(
     monkeypatch: pytest.MonkeyPatch,
     device: str = "gpu",
     visible: int = 0,
-    targets: list[checks.ImportTarget] | None = None,
+    targets: list[trainer_imports.ImportTarget] | None = None,
     **overrides: Any,
 ) -> checks.Plan:
     monkeypatch.setattr(checks, "import_targets", lambda dev: (list(targets or []), [f"note for {dev}"]))

@@ -25,8 +25,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from recipe.doctor import probe
-from recipe.doctor.probe import Events, Outcome, StepFailed
+from recipe.doctor import device_steps, probe, probe_events
+from recipe.doctor.probe_events import Events, Outcome, StepFailed
 
 GIB = 1 << 30
 
@@ -64,7 +64,7 @@ def run_check(function: Any, *args: Any, **kwargs: Any) -> tuple[str, str]:
     ],
 )
 def test_a_reason_is_one_line_of_at_most_400_characters(text: str, line: str) -> None:
-    assert probe.one_line(text) == line
+    assert probe_events.one_line(text) == line
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_a_reason_is_one_line_of_at_most_400_characters(text: str, line: str) ->
     ],
 )  # fmt: skip
 def test_an_error_is_described_by_its_type_and_first_line(error: BaseException, described: str) -> None:
-    assert probe.describe(error) == described
+    assert probe_events.describe(error) == described
 
 
 # --- the event stream ----------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def events_of(stream: io.StringIO) -> list[dict[str, Any]]:
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """time.perf_counter as the probe reads it: the next value of this list each time."""
     ticks: list[float] = []
-    monkeypatch.setattr(probe, "time", types.SimpleNamespace(perf_counter=lambda: ticks.pop(0)))
+    monkeypatch.setattr(probe_events, "time", types.SimpleNamespace(perf_counter=lambda: ticks.pop(0)))
     return ticks
 
 
@@ -471,7 +471,7 @@ def node(monkeypatch: pytest.MonkeyPatch) -> Any:
     Asking for another device type's module is an error: a check must ask for its own device's.
     """
     modules: dict[str, Any] = {}
-    monkeypatch.setattr(probe, "accelerator", lambda device_type: modules[device_type])
+    monkeypatch.setattr(device_steps, "accelerator", lambda device_type: modules[device_type])
 
     def install(accelerator: Any, *device_types: str) -> Any:
         modules.clear()
@@ -482,25 +482,25 @@ def node(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_the_accelerator_module_of_each_device_type(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert probe.accelerator("cuda") is torch.cuda
-    assert probe.accelerator("cpu") is torch.cpu
+    assert device_steps.accelerator("cuda") is torch.cuda
+    assert device_steps.accelerator("cpu") is torch.cpu
     npu = types.SimpleNamespace(device_count=lambda: 16)
     monkeypatch.setitem(sys.modules, "torch_npu", module("torch_npu"))  # importing it registers torch.npu
     monkeypatch.setattr(torch, "npu", npu, raising=False)
-    assert probe.accelerator("npu") is npu
-    assert probe.device_count("npu") == 16 and probe.device_count("cpu") == 1
+    assert device_steps.accelerator("npu") is npu
+    assert device_steps.device_count("npu") == 16 and device_steps.device_count("cpu") == 1
 
 
 def test_the_npu_accelerator_needs_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch_npu", None)
     with pytest.raises(ImportError):
-        probe.accelerator("npu")
+        device_steps.accelerator("npu")
 
 
 def test_synchronize_waits_for_the_device_and_not_for_the_cpu(node: Any) -> None:
     accelerator = node(Accelerator(["H200", "H200"]), "cuda", "cpu")
-    probe.synchronize("cuda", 1)
-    probe.synchronize("cpu", 0)
+    device_steps.synchronize("cuda", 1)
+    device_steps.synchronize("cpu", 0)
     assert accelerator.calls == [("synchronize", 1)]
 
 
@@ -518,26 +518,26 @@ def test_torch_sees_the_devices_whose_nodes_are_visible(
     node: Any, names: list[str], nodes: int, expected: tuple[str, str]
 ) -> None:
     accelerator = node(Accelerator(names))
-    assert run_check(probe.step_devices, "cuda", nodes) == expected
+    assert run_check(device_steps.step_devices, "cuda", nodes) == expected
     assert accelerator.calls == ["init"]  # the driver is asked first: its own error is the reason
 
 
 def test_the_drivers_own_error_is_the_reason(node: Any) -> None:
     node(Accelerator(["x"], init_error="The NVIDIA driver on your system is too old (found version 11040)."))
-    assert run_check(probe.step_devices, "cuda", 1) == (
+    assert run_check(device_steps.step_devices, "cuda", 1) == (
         "fail", "RuntimeError: The NVIDIA driver on your system is too old (found version 11040)."
     )
 
 
 def test_the_cpu_device_needs_no_driver_and_has_no_name(node: Any) -> None:
     node(Accelerator(["unused"], init_error="a cpu has no driver to ask"), "cpu")
-    assert run_check(probe.step_devices, "cpu", 1) == ("ok", "1 cpu device(s): cpu")
+    assert run_check(device_steps.step_devices, "cpu", 1) == ("ok", "1 cpu device(s): cpu")
     accelerator = node(Accelerator(["unused"]), "npu")
     accelerator.get_device_name = None  # a device module without names: its type stands in
-    assert run_check(probe.step_devices, "npu", 1) == ("ok", "1 npu device(s): npu")
+    assert run_check(device_steps.step_devices, "npu", 1) == ("ok", "1 npu device(s): npu")
     # One with neither init nor names at all (an older torch_npu): counted all the same.
     node(types.SimpleNamespace(device_count=lambda: 2), "npu")
-    assert run_check(probe.step_devices, "npu", 2) == ("ok", "2 npu device(s): npu")
+    assert run_check(device_steps.step_devices, "npu", 2) == ("ok", "2 npu device(s): npu")
 
 
 @pytest.mark.parametrize(
@@ -564,19 +564,19 @@ def test_free_memory_of_every_device_and_its_total_against_what_plan_assumes(
     node: Any, memory: list[tuple[float, float]], assumed: float | None, expected: tuple[str, str]
 ) -> None:
     node(Accelerator(["d"] * len(memory), memory))
-    assert run_check(probe.step_memory, "cuda", assumed, "an H100 80GB") == expected
+    assert run_check(device_steps.step_memory, "cuda", assumed, "an H100 80GB") == expected
 
 
 def test_memory_needs_a_device_and_mem_get_info(node: Any) -> None:
     node(Accelerator([]), "npu")
-    assert run_check(probe.step_memory, "npu") == ("fail", "no npu device")
+    assert run_check(device_steps.step_memory, "npu") == ("fail", "no npu device")
     node(types.SimpleNamespace(device_count=lambda: 1), "npu")
-    assert run_check(probe.step_memory, "npu") == ("fail", "torch.npu has no mem_get_info")
+    assert run_check(device_steps.step_memory, "npu") == ("fail", "torch.npu has no mem_get_info")
 
 
 def test_a_matmul_per_device_on_the_cpu() -> None:
     stream = io.StringIO()
-    probe.multi_matmul(Events(stream), "matmul", 60.0, "cpu")
+    device_steps.multi_matmul(Events(stream), "matmul", 60.0, "cpu")
     ends = [(e["name"], e["status"], e["reason"]) for e in events_of(stream) if e["event"] == "end"]
     assert ends == [("matmul:cpu:0", "ok", "512x512 float32 matmul correct")]
     # Each device's check names its step: the parent files the result under it.
@@ -599,7 +599,7 @@ def test_a_wrong_product_or_an_error_fails_that_devices_check_only(node: Any, mo
 
     monkeypatch.setattr(torch, "ones", ones)
     stream = io.StringIO()
-    probe.multi_matmul(Events(stream), "matmul", 60.0, "cuda")
+    device_steps.multi_matmul(Events(stream), "matmul", 60.0, "cuda")
     ends = [(e["name"], e["status"], e["reason"]) for e in events_of(stream) if e["event"] == "end"]
     assert ends == [
         ("matmul:cuda:0", "fail", "262144 of 262144 entries wrong in a 512^2 matmul"),
@@ -614,16 +614,16 @@ def test_a_wrong_product_or_an_error_fails_that_devices_check_only(node: Any, mo
 def test_expandable_segments_are_read_from_the_allocators_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
     segments = [{"device": 0, "is_expandable": True}, {"device": 1, "is_expandable": False}, {"device": 0}, {"device": 2}]
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: {"segments": segments})
-    assert probe._segments_expandable("cuda", 0) == {True}
-    assert probe._segments_expandable("cuda", 1) == {False}
-    assert probe._segments_expandable("cuda", 2) is None  # this torch does not say
-    assert probe._segments_expandable("npu", 0) is None
+    assert device_steps._segments_expandable("cuda", 0) == {True}
+    assert device_steps._segments_expandable("cuda", 1) == {False}
+    assert device_steps._segments_expandable("cuda", 2) is None  # this torch does not say
+    assert device_steps._segments_expandable("npu", 0) is None
 
     def no_snapshot() -> dict[str, Any]:
         raise RuntimeError("no CUDA")
 
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", no_snapshot)
-    assert probe._segments_expandable("cuda", 0) is None
+    assert device_steps._segments_expandable("cuda", 0) is None
 
 
 @pytest.mark.parametrize(
@@ -639,9 +639,9 @@ def test_expandable_segments_are_switched_on_and_off_at_run_time(
 ) -> None:
     accelerator = node(Accelerator(["cpu"]), "cpu")
     seen: list[tuple[str, int]] = []
-    monkeypatch.setattr(probe, "_segments_expandable", lambda device_type, index: seen.append((device_type, index)) or (
+    monkeypatch.setattr(device_steps, "_segments_expandable", lambda device_type, index: seen.append((device_type, index)) or (
         while_on if len(seen) == 1 else {False}))  # fmt: skip
-    assert run_check(probe.step_expandable_segments, "cpu") == expected
+    assert run_check(device_steps.step_expandable_segments, "cpu") == expected
     assert accelerator.calls == ["empty_cache", ("switch", "expandable_segments:True"), "empty_cache",
                                  ("switch", "expandable_segments:False"), "empty_cache"]  # fmt: skip
     assert seen == [("cpu", 0), ("cpu", 0)]
@@ -657,8 +657,8 @@ def test_on_a_device_each_way_allocates_64_mib_on_device_0_and_waits_for_it(node
         return real_empty(0, dtype=dtype)  # this CPU torch stands in; nothing to fill
 
     monkeypatch.setattr(torch, "empty", empty)
-    monkeypatch.setattr(probe, "_segments_expandable", lambda device_type, index: {True})
-    assert run_check(probe.step_expandable_segments, "cuda") == (
+    monkeypatch.setattr(device_steps, "_segments_expandable", lambda device_type, index: {True})
+    assert run_check(device_steps.step_expandable_segments, "cuda") == (
         "ok", "switched on and off at run time on cuda:0, 64 MiB allocated each way"
     )
     assert allocated == [(64 << 20, torch.uint8, torch.device("cuda", 0))] * 2
@@ -669,23 +669,23 @@ def test_on_a_device_each_way_allocates_64_mib_on_device_0_and_waits_for_it(node
 def test_expandable_segments_fail_where_the_switch_does_not_exist_and_free_the_cache(node: Any) -> None:
     accelerator = node(Accelerator(["cpu"]), "cuda", "cpu")
     accelerator.memory = types.SimpleNamespace()
-    assert run_check(probe.step_expandable_segments, "cuda") == ("fail", "torch.cuda.memory._set_allocator_settings does not exist")
+    assert run_check(device_steps.step_expandable_segments, "cuda") == ("fail", "torch.cuda.memory._set_allocator_settings does not exist")
     node(types.SimpleNamespace(device_count=lambda: 1), "npu")  # a torch.npu without a memory module at all
-    assert run_check(probe.step_expandable_segments, "npu") == ("fail", "torch.npu.memory._set_allocator_settings does not exist")
+    assert run_check(device_steps.step_expandable_segments, "npu") == ("fail", "torch.npu.memory._set_allocator_settings does not exist")
     accelerator = node(accelerator, "cuda", "cpu")
 
     def refuse(value: str) -> None:
         raise RuntimeError("Unrecognized CachingAllocator option: expandable_segments")
 
     accelerator.memory = types.SimpleNamespace(_set_allocator_settings=refuse)
-    assert run_check(probe.step_expandable_segments, "cpu") == (
+    assert run_check(device_steps.step_expandable_segments, "cpu") == (
         "fail", "RuntimeError: Unrecognized CachingAllocator option: expandable_segments"
     )
     assert accelerator.calls == ["empty_cache", "empty_cache"]  # freed even when the switch refuses
 
 
 def test_a_one_rank_collective_on_the_cpu_with_gloo() -> None:
-    assert run_check(probe.step_collective, "cpu", "gloo") == (
+    assert run_check(device_steps.step_collective, "cpu", "gloo") == (
         "ok", "gloo process group of one rank on cpu:0: init, all_reduce, destroy"
     )
     assert not dist.is_initialized()
@@ -693,7 +693,7 @@ def test_a_one_rank_collective_on_the_cpu_with_gloo() -> None:
 
 def test_a_collective_that_changes_the_tensor_fails_showing_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dist, "all_reduce", lambda tensor: tensor.mul_(2))
-    assert run_check(probe.step_collective, "cpu", "gloo") == (
+    assert run_check(device_steps.step_collective, "cpu", "gloo") == (
         "fail", "gloo all_reduce over one rank changed the tensor: [6.0, 6.0, 6.0]..."
     )
     assert not dist.is_initialized()
@@ -723,7 +723,7 @@ def cuda_collective(node: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any
 
 
 def test_on_a_device_the_collective_runs_on_device_0_with_the_backend_named(cuda_collective: dict[str, Any]) -> None:
-    assert run_check(probe.step_collective, "cuda", "gloo") == (
+    assert run_check(device_steps.step_collective, "cuda", "gloo") == (
         "ok", "gloo process group of one rank on cuda:0: init, all_reduce, destroy"
     )
     assert cuda_collective["bound"] == [0]
@@ -735,14 +735,14 @@ def test_on_a_device_the_collective_runs_on_device_0_with_the_backend_named(cuda
 
 def test_a_collective_that_fails_destroys_its_group(cuda_collective: dict[str, Any]) -> None:
     cuda_collective["error"] = "NCCL error: unhandled system error"
-    assert run_check(probe.step_collective, "cuda", "gloo") == ("fail", "RuntimeError: NCCL error: unhandled system error")
+    assert run_check(device_steps.step_collective, "cuda", "gloo") == ("fail", "RuntimeError: NCCL error: unhandled system error")
     assert not dist.is_initialized()
 
 
 def test_the_cpu_collective_binds_no_device(node: Any) -> None:
     cpu = node(Accelerator(["cpu"]), "cpu")
     cpu.set_device = lambda index: pytest.fail("torch.cpu has no device to bind")
-    assert run_check(probe.step_collective, "cpu", "gloo")[0] == "ok"
+    assert run_check(device_steps.step_collective, "cpu", "gloo")[0] == "ok"
 
 
 # --- the probe process's main loop -----------------------------------------------------------------

@@ -94,3 +94,12 @@ def test_only_the_command_line_imports_doctor() -> None:
         if "doctor" not in path.relative_to(RECIPE).parts and path.name != "cli.py"
     }  # fmt: skip
     assert {module: names for module, names in outside.items() if names} == {}
+
+
+#: The most lines a room of recipe/ holds (issue 41): past it, it holds two concerns.
+MAX_ROOM_LINES = 400
+
+
+def test_no_room_is_over_400_lines() -> None:
+    sizes = {str(path.relative_to(RECIPE)): len(path.read_text().splitlines()) for path in RECIPE.rglob("*.py")}
+    assert {name: lines for name, lines in sizes.items() if lines > MAX_ROOM_LINES} == {}

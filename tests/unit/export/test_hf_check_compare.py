@@ -17,7 +17,8 @@ import pytest
 from recipe.export.expected import ExpectedGroup, ExpectedTensors
 from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS, ExportCheckError, compare, verify_export
 from recipe.export.report import ExportReport, ShapeMismatch
-from recipe.export.shards import CheckpointContents, TensorInfo
+from recipe.export.safetensors_header import TensorInfo
+from recipe.export.shards import CheckpointContents
 
 ARCH = "TinyForCausalLM"
 EMBED, NORM, HEAD = "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"

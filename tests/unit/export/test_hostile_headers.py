@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
-from recipe.export.shards import DTYPE_BITS, ShardError, TensorInfo, read_safetensors_header
+from recipe.export.safetensors_header import DTYPE_BITS, ShardError, TensorInfo
+from recipe.export.shards import read_safetensors_header
 
 U64_MAX = 2**64 - 1
 #: The dtypes safetensors 0.8 accepts (its error message for an unknown one lists them).

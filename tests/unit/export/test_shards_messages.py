@@ -20,14 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from recipe.export.safetensors_header import ShardError, TensorInfo, parse_safetensors_header
 from recipe.export.shards import (
     INDEX_NAME,
     MAX_INDEX_BYTES,
     CheckpointContents,
-    ShardError,
-    TensorInfo,
     allowed_roots,
-    parse_safetensors_header,
     read_checkpoint,
     read_safetensors_header,
     resolve_member,

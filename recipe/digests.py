@@ -61,7 +61,7 @@ def sha256_file(path: Path, limit: int = MAX_DATA_BYTES) -> str:
 def parquet_rows(path: Path) -> int | None:
     """Rows of a parquet file from its footer; None when pyarrow is absent or cannot read it."""
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # lazy: pyarrow is heavy or absent where this module is imported; loaded only here
 
         return int(pq.read_metadata(path).num_rows)
     except Exception:  # noqa: BLE001 - a record is still made; the hash says what the file is

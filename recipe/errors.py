@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 
 class RecipeConfigError(Exception):
     """Bad settings or layout: every problem found, each naming variable, value and rule.
@@ -20,6 +23,7 @@ MAX_LINE = 2000
 
 def one_line(text: str) -> str:
     """`text` as one printable line of at most MAX_LINE characters (control characters escaped, the rest cut)."""
+    # lazy: export.report is a room above errors, the lowest one
     from .export.report import printable
 
     shown = printable(text)
@@ -33,9 +37,6 @@ def report_errors(command: str, problems: list[str], exit_code: int, as_json: bo
     ({"schema_version": 1, "command", "status": "error", "exit_code", "errors"}), never nothing.
     Every line is one_line(): a problem may quote a hostile value, which must not forge lines.
     """
-    import json
-    import sys
-
     lines = [one_line(problem) for problem in problems]
     for line in lines:
         print(f"error: {line}", file=sys.stderr)

@@ -7,11 +7,11 @@ violation is reported at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from recipe.cluster.rules import cluster_problems, ray_auth_problems
 from recipe.chip import CHIPS, DEFAULT_CHIP, Chip
+from recipe.cluster.rules import cluster_problems, ray_auth_problems
 from recipe.device import DEFAULT_GPUS_PER_NODE, Device
 from recipe.errors import RecipeConfigError
 from recipe.models import ModelArchitecture
@@ -87,6 +87,7 @@ def _layout_for(settings: Settings, device: Device, chip: Chip) -> ParallelLayou
     chosen: dict[str, int] = {}
     sources: dict[str, str] = {}
     if settings.profile == "smoke":
+        # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke
         from recipe.smoke import SMOKE_LAYOUT
 
         defaults, label = dict(SMOKE_LAYOUT), "smoke profile"
@@ -225,8 +226,7 @@ def known_failure_problems(
     layout: ParallelLayout, model: ModelArchitecture, settings: Settings, device: Device
 ) -> list[str]:
     """Layouts that divide but that upstream reports failing for this model on this target; ALLOW_UPSTREAM_ISSUE lets one through."""
-    from dataclasses import replace
-
+    # lazy: models is a room beside layout, read only for a known failure
     from recipe.models import QWEN3_5_35B_A3B
 
     this_model = replace(model, name=QWEN3_5_35B_A3B.name) == QWEN3_5_35B_A3B

@@ -170,6 +170,7 @@ def build_plan(
     problems: list[str] = []
     model_dir = settings.model_path
     if settings.profile == "smoke" and not (model_dir / "config.json").is_file():
+        # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke
         from recipe.smoke import shipped_model_dir
 
         model_dir = shipped_model_dir()  # `run` builds the smoke model from exactly this config
@@ -188,6 +189,7 @@ def build_plan(
         raise RecipeConfigError(problems)
     recipe_overrides = build_overrides(settings, device.name, layout, env)
     if settings.profile == "smoke":
+        # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke
         from recipe.smoke import smoke_overrides
 
         # The profile's own overrides are the recipe's: each replaces the recipe's value for its key
@@ -272,8 +274,9 @@ def _data_note(settings: Settings) -> str | None:
     """The smoke profile's data, when the run uses them (recipe.smoke.profile.smoke_data_note)."""
     if settings.profile != "smoke":
         return None
+    # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke
     from recipe.smoke import SmokeAssets, assets_root
-    from recipe.smoke.profile import smoke_data_note
+    from recipe.smoke.profile import smoke_data_note  # lazy: the smoke profile's modules, only with PROFILE=smoke
 
     if settings.resolved_train_files != SmokeAssets.under(assets_root(settings.checkpoint_dir)).train_file:
         return None

@@ -177,6 +177,7 @@ def _current_inputs(record: dict[str, Any], owner: int) -> tuple[dict[str, Any],
     The same paths hashed again, within their bounds and never into the hash cache (a record
     must not fill it), the versions installed.
     """
+    # lazy: hashing and the versions are needed only for a record's inputs, and read at call time
     from recipe import __version__
     from recipe.digests import MAX_DATA_BYTES, MAX_MODEL_FILE_BYTES, FileRefused, sha256_file
     from recipe.provenance import MODEL_FILES, installed_versions

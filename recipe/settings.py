@@ -190,6 +190,7 @@ class Settings(BaseSettings):
         """PROFILE=smoke: the profile's value for every setting the environment left unset."""
         if not isinstance(data, dict) or str(data.get("profile", "")).lower() != "smoke":
             return data
+        # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke
         from recipe.smoke import SMOKE_SETTINGS, SmokeAssets, assets_root
 
         data = dict(data)

@@ -17,6 +17,7 @@ from recipe.process_exit import run_program
 
 def main() -> int:
     """verl.trainer.main_ppo's main with this process's argv; 0 once it returned (an exception propagates)."""
+    # lazy: verl is heavy or absent where this module is imported; loaded only here
     from verl.trainer.main_ppo import main as verl_main
 
     verl_main()

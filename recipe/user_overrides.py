@@ -46,6 +46,7 @@ def is_secret_name(name: str) -> bool:
 def hydra_override_parser() -> Any | None:
     """Hydra's own override parser (what `python -m verl.trainer.main_ppo` parses argv with), or None without Hydra."""
     try:
+        # lazy: hydra is heavy or absent where this module is imported; loaded only here
         from hydra.core.override_parser.overrides_parser import OverridesParser
     except ImportError:
         return None

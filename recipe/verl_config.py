@@ -49,6 +49,7 @@ def verl_config_dir() -> Path | None:
 
 def compose_verl_config(overrides: Sequence[str], config_dir: Path) -> Any:
     """verl's trainer config as `python -m verl.trainer.main_ppo <overrides>` composes it (not resolved)."""
+    # lazy: hydra is heavy or absent where this module is imported; loaded only here
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
@@ -76,8 +77,11 @@ def _secret_reads_marked(seen: set[str], reads: dict[str, str | None]) -> Iterat
     interpolation, or an interpolation assembled from pieces, is caught as well. Every other
     variable read goes into `reads` with its value now, whatever way its name was written.
     """
+    # lazy: omegaconf is heavy or absent where this module is imported; loaded only here
     from omegaconf import OmegaConf
+    # lazy: omegaconf is heavy or absent where this module is imported; loaded only here
     from omegaconf.basecontainer import BaseContainer
+    # lazy: omegaconf is heavy or absent where this module is imported; loaded only here
     from omegaconf.resolvers import oc
 
     def marked(key: Any, *default: Any) -> Any:
@@ -258,6 +262,7 @@ def type_problems(recipe: Sequence[Override], config: Any, extra: Sequence[str],
     A null default takes the type its section's dataclass declares (read with `ast`), or RECIPE_READ_KINDS's,
     and then null stays allowed. An interpolation is not checked.
     """
+    # lazy: omegaconf is heavy or absent where this module is imported; loaded only here
     from omegaconf import OmegaConf
 
     base = OmegaConf.to_container(compose_verl_config([str(o) for o in recipe], config_dir), resolve=False)
@@ -308,6 +313,7 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
             f"your overrides ({len(extra)}): need verl's trainer config (pip install '.[trainer]', or the image) "
             "to be checked the way the trainer reads them; run `plan` in the image (docker compose run --rm gpu plan -- ...)"
         ])
+    # lazy: omegaconf is heavy or absent where this module is imported; loaded only here
     from omegaconf import OmegaConf
 
     try:

@@ -26,8 +26,8 @@ TORCH_NPU_MIN_FOR_SWITCH = "2.8.0.post2"
 
 def runtime_switch_unsupported(device: str) -> str | None:
     """Why the installed torch cannot switch expandable segments at run time, or None when it can."""
-    import torch
-    from packaging.version import Version
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
+    from packaging.version import Version  # lazy: only when the hook runs in a Ray worker (packaging comes with torch)
 
     if device == "npu":
         try:
@@ -39,7 +39,7 @@ def runtime_switch_unsupported(device: str) -> str | None:
                 f"torch_npu {installed} lacks torch.npu.memory._set_allocator_settings "
                 f"(needs >= {TORCH_NPU_MIN_FOR_SWITCH})"
             )
-        import torch_npu  # noqa: F401  (registers torch.npu)
+        import torch_npu  # noqa: F401  lazy: only on npu; importing it registers torch.npu
 
         memory = getattr(getattr(torch, "npu", None), "memory", None)
     else:
@@ -67,9 +67,11 @@ def configure_worker() -> None:
     that verl saves beside each checkpoint (recipe.export.verl_patch).
     """
     logging.basicConfig(level=logging.INFO)
+    # lazy: only when verl's worker runs the hook; the hook's module stays importable without verl
     from recipe.export.verl_patch import install
 
     install()
+    # lazy: verl is heavy or absent where this module is imported; loaded only here
     import verl.utils.device as verl_device
 
     original = getattr(verl_device, "set_expandable_segments", None)

@@ -137,7 +137,7 @@ def list_ray_nodes(address: str, node_ip_address: str | None = None) -> Callable
 
 @contextmanager
 def _connected(address: str, node_ip_address: str | None) -> Iterator[Callable[[], list[dict]]]:
-    import ray
+    import ray  # lazy: ray is heavy or absent where this module is imported; loaded only here
 
     # ray.init installs its own SIGTERM/SIGINT handlers and ray.shutdown leaves
     # them behind: put ours back so a stop still ends our Ray node cleanly.

@@ -54,7 +54,8 @@ def shared_storage_problems(
     address: str, nodes: Sequence[NodeReport], root: Path, checkpoint_dir: str, node_ip_address: str | None = None
 ) -> list[str]:
     """One line per node that cannot read back the nonce written under `root` (empty: every node shares it)."""
-    import ray
+    import ray  # lazy: ray is heavy or absent where this module is imported; loaded only here
+    # lazy: ray is heavy or absent where this module is imported; loaded only here
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nonce = secrets.token_hex(16)

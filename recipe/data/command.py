@@ -81,7 +81,7 @@ def run_prepare_data(args: argparse.Namespace, data_dir: Path, model_dir: Path |
     fetched or written. RecipeConfigError (a bad --source or --out, or a source whose files or
     rows are refused) propagates to the CLI, which reports it with exit code 2.
     """
-    from recipe.data.prepare import prepare_dataset  # pulls in nothing heavy until it runs
+    from recipe.data.prepare import prepare_dataset  # lazy: datasets and pyarrow, only when it runs
 
     out = args.out if args.out is not None else data_dir / args.dataset
     # Signal handlers can only be set from the main thread (not when called from a worker thread).

@@ -357,7 +357,7 @@ def check_image(data: bytes, max_bytes: int) -> None:
     """RowError unless `data` is at most `max_bytes` and decodes as an image of an allowed format."""
     if len(data) > max_bytes:
         raise RowError(_size_problem(len(data), max_bytes))
-    from PIL import Image
+    from PIL import Image  # lazy: PIL is heavy or absent where this module is imported; loaded only here
 
     formats = ", ".join(IMAGE_FORMATS[:-1]) + " or " + IMAGE_FORMATS[-1]
     try:

@@ -85,7 +85,7 @@ def count_prompt_lengths(
         return NOT_COUNTED
     if not (model_dir / "config.json").is_file():
         return f"not counted: no model at MODEL_PATH={model_dir} (image tokens depend on the model's processor)"
-    from recipe.data.prompt_lengths import PromptCounter  # transformers and verl: only when counting
+    from recipe.data.prompt_lengths import PromptCounter  # lazy: transformers and verl, only when counting
 
     try:
         counter = PromptCounter(model_dir)
@@ -108,6 +108,7 @@ def get_spec(name: str) -> DatasetSpec:
 
 def _undecoded_images(spec: DatasetSpec, split: str, raw: datasets.Dataset) -> datasets.Dataset:
     """Cast the images column so rows carry encoded bytes: no decode and re-encode of every image."""
+    # lazy: datasets is heavy or absent where this module is imported; loaded only here
     from datasets import Image, List, Sequence
 
     features = raw.features.copy()
@@ -182,7 +183,7 @@ def _parquet_writer(dataset: datasets.Dataset, batch_size: int | None) -> Callab
 
 def _check_written(path: Path, rows: int) -> None:
     """Read the staged file's footer back: a truncated or wrong file never gets committed."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow is heavy or absent where this module is imported; loaded only here
 
     written = pq.read_metadata(path).num_rows
     if written != rows:
@@ -205,6 +206,7 @@ def source_revision(spec: DatasetSpec, source: str | os.PathLike[str] | None) ->
     """
     if source is None:
         try:
+            # lazy: huggingface_hub is heavy or absent where this module is imported; loaded only here
             from huggingface_hub import HfApi
 
             commit = HfApi().dataset_info(spec.hub_id).sha

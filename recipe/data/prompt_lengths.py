@@ -60,7 +60,9 @@ class PromptCounter:
     """Counts prompts with one model's processor, as verl's dataset does before it filters."""
 
     def __init__(self, model_dir: Path) -> None:
+        # lazy: transformers is heavy or absent where this module is imported; loaded only here
         from transformers import AutoProcessor
+        # lazy: verl is heavy or absent where this module is imported; loaded only here
         from verl.utils.dataset.vision_utils import process_image
 
         self._processor = AutoProcessor.from_pretrained(str(model_dir))
@@ -73,7 +75,7 @@ class PromptCounter:
 
     def count(self, row: Mapping[str, Any]) -> RowLength:
         """The row's prompt length in tokens (text and images); images are `{bytes, path}` or PIL images."""
-        from PIL import Image
+        from PIL import Image  # lazy: PIL is heavy or absent where this module is imported; loaded only here
 
         images = [
             self._process_image(image if isinstance(image, Image.Image) else {"bytes": bytes(image["bytes"])},
@@ -147,7 +149,7 @@ class PromptLengths:
 
 def count_parquet(path: Path, counter: PromptCounter) -> PromptLengths:
     """The prompt lengths of every row of a verl parquet file (prompt and images columns)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow is heavy or absent where this module is imported; loaded only here
 
     columns = [name for name in ("prompt", "images") if name in pq.read_schema(path).names]
     table = pq.read_table(path, columns=columns)

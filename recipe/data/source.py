@@ -24,9 +24,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from recipe.data.errors import DataPreparationError, SourceDataError
-from recipe.data.guard import SourceFolder, check_data_files, check_saved_dataset, check_tree, printable, shown
+from recipe.data.guard import (
+    SourceFolder,
+    check_data_files,
+    check_saved_dataset,
+    check_tree,
+    printable,
+    shown,
+)
 from recipe.data.specs import SPLITS, DatasetSpec
 from recipe.errors import RecipeConfigError
 
@@ -103,8 +111,6 @@ def hub_unreachable(environ: Mapping[str, str], timeout_s: float = HUB_PROBE_TIM
     25 s on a machine with no network) before failing. Not judged: HF_HUB_OFFLINE (cache only,
     no network wanted) and a proxy (only the proxy can say).
     """
-    from urllib.parse import urlsplit
-
     if environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
         return None
     if any(environ.get(name) for name in _PROXY_VARIABLES):
@@ -126,7 +132,7 @@ def hub_unreachable(environ: Mapping[str, str], timeout_s: float = HUB_PROBE_TIM
 
 
 def _load_hub(spec: DatasetSpec) -> datasets.DatasetDict:
-    import datasets  # configures the libraries' log handlers, so before redacted_library_logs()
+    import datasets  # lazy: heavy; and configures log handlers, so before redacted_library_logs()
 
     unreachable = hub_unreachable(os.environ)
     if unreachable:
@@ -165,7 +171,7 @@ def _refuse(problems: list[str]) -> None:
 
 def _load_folder(spec: DatasetSpec, folder: SourceFolder, label: str) -> datasets.DatasetDict:
     """`datasets.load_dataset(folder)`, with the files it resolved checked before any is read."""
-    import datasets
+    import datasets  # lazy: datasets is heavy or absent where this module is imported; loaded only here
 
     path = str(folder.path)
     # A download of the hub repository keeps the hub's configs (gsm8k: main, socratic);
@@ -181,7 +187,7 @@ def _load_folder(spec: DatasetSpec, folder: SourceFolder, label: str) -> dataset
 
 
 def _load_local(spec: DatasetSpec, path: Path, label: str) -> tuple[datasets.DatasetDict, SourceFolder]:
-    import datasets
+    import datasets  # lazy: datasets is heavy or absent where this module is imported; loaded only here
 
     if not path.exists():
         raise RecipeConfigError([f"{label}: no such directory"])

@@ -225,6 +225,7 @@ def output_features(spec: DatasetSpec) -> datasets.Features:
     Images are `List(Image())`: stored as {bytes, path} structs with the `datasets` feature
     metadata, so verl's `datasets.load_dataset("parquet", ...)` hands them back as PIL images.
     """
+    # lazy: datasets is heavy or absent where this module is imported; loaded only here
     from datasets import Features, Image, List, Value
 
     string = Value("string")

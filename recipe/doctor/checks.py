@@ -137,6 +137,7 @@ def check_shm(path: Path = Path("/dev/shm")) -> tuple[Status, str]:
 def same_release(installed: str, labelled: str) -> bool:
     """2.11.0+cu130 matches 2.11.0; vllm 0.23.0+empty matches 0.23.0."""
     try:
+        # lazy: only for images that name a CUDA toolkit (packaging comes with the framework)
         from packaging.version import Version
 
         return Version(installed).public == Version(labelled).public

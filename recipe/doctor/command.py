@@ -166,7 +166,7 @@ def _cannot_run(problems: list[str], as_json: bool) -> int:
 def run_doctor(args: argparse.Namespace) -> int:
     """Report, check, print; the exit code."""
     began = time.monotonic()
-    from recipe.settings import load_settings
+    from recipe.settings import load_settings  # lazy: the settings are read only when doctor runs, after its parser
 
     try:
         settings = load_settings()

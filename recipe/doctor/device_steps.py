@@ -27,10 +27,10 @@ ASSUMED_MEMORY_SHARE = 0.9
 
 def accelerator(device_type: str) -> Any:
     """torch.cuda, torch.npu (torch_npu loaded) or torch.cpu."""
-    import torch
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
 
     if device_type == "npu":
-        import torch_npu  # noqa: F401  (registers torch.npu)
+        import torch_npu  # noqa: F401  lazy: only on npu; importing it registers torch.npu
 
         return torch.npu
     return torch.cuda if device_type == "cuda" else torch.cpu
@@ -100,7 +100,7 @@ def step_memory(out: Outcome, device_type: str, assumed_gib: float | None = None
 
 def multi_matmul(events: Events, step: str, timeout_s: float, device_type: str) -> None:
     """One check per device: a float32 matmul of ones, every entry must equal the size."""
-    import torch
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
 
     for index in range(device_count(device_type)):
         with events.check(step, f"{step}:{device_type}:{index}", timeout_s) as out:
@@ -119,7 +119,7 @@ def _segments_expandable(device_type: str, index: int) -> set[bool] | None:
     if device_type != "cuda":
         return None
     try:
-        import torch
+        import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
 
         segments = torch.cuda.memory._snapshot()["segments"]
     except Exception:  # noqa: BLE001 - reporting only
@@ -130,7 +130,7 @@ def _segments_expandable(device_type: str, index: int) -> set[bool] | None:
 
 def step_expandable_segments(out: Outcome, device_type: str) -> None:
     """The allocator's expandable segments switched on, used, switched off, used, at run time."""
-    import torch
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
 
     module = accelerator(device_type)
     memory = getattr(module, "memory", None)
@@ -158,8 +158,8 @@ def step_expandable_segments(out: Outcome, device_type: str) -> None:
 
 def step_collective(out: Outcome, device_type: str, backend: str) -> None:
     """A one-process group: init, all_reduce, destroy (the NCCL/HCCL library and its plumbing)."""
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
+    import torch.distributed as dist  # lazy: torch is heavy or absent where this module is imported; loaded only here
 
     accelerator(device_type)
     device = torch.device(device_type, 0)

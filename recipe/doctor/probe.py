@@ -51,16 +51,19 @@ def step_import(out: Outcome, modules: list[str], what: str) -> None:
 
 def step_transformer_engine(out: Outcome) -> None:
     """Megatron's own flag: False means it silently builds local layers instead of TE's."""
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.extensions.transformer_engine import HAVE_TE
 
     if HAVE_TE:
+        # lazy: transformer_engine is heavy or absent where this module is imported; loaded only here
         import transformer_engine
 
         version = getattr(transformer_engine, "__version__", "unknown version")
         out.ok(f"megatron.core HAVE_TE is True: Transformer Engine {version}")
         return
     try:
-        import torch  # noqa: F401  (TE's torch extension needs torch's libraries loaded first)
+        import torch  # noqa: F401  lazy: TE's torch extension needs torch's libraries loaded first
+        # lazy: transformer_engine is heavy or absent where this module is imported; loaded only here
         import transformer_engine.pytorch
 
         why = "transformer_engine.pytorch imports here, so Megatron's own import of it failed"
@@ -106,8 +109,8 @@ def step_triton_launcher(out: Outcome) -> None:
     A fresh TRITON_CACHE_DIR makes it compile every time (no cached module answers for it),
     and nothing is left behind. No GPU is needed: libcuda is not linked.
     """
-    import triton
-    from triton.runtime import build
+    import triton  # lazy: triton is heavy or absent where this module is imported; loaded only here
+    from triton.runtime import build  # lazy: triton is heavy or absent where this module is imported; loaded only here
 
     include = Path(triton.__file__).parent / "backends" / "nvidia" / "include"
     if not (include / "cuda.h").is_file():
@@ -156,8 +159,8 @@ def missing_libraries(package: str) -> list[str]:
 def step_torch_npu(out: Outcome) -> None:
     """torch_npu loads, or the CANN/driver libraries it cannot find are named."""
     try:
-        import torch  # noqa: F401
-        import torch_npu
+        import torch  # noqa: F401  lazy: the probe imports frameworks only in its steps
+        import torch_npu  # lazy: torch_npu is heavy or absent where this module is imported; loaded only here
     except BaseException as error:  # noqa: BLE001
         reason = describe(error)
         missing = missing_libraries("torch_npu")
@@ -172,6 +175,7 @@ def step_torch_npu(out: Outcome) -> None:
 
 def step_allocator_switch(out: Outcome, device: str, required: bool) -> None:
     """The check recipe.worker_setup makes in every Ray worker before verl switches segments."""
+    # lazy: the probe imports only the standard library before its first step
     from recipe.worker_setup import runtime_switch_unsupported
 
     problem = runtime_switch_unsupported(device)

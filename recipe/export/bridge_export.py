@@ -67,7 +67,8 @@ def one_process_world() -> Iterator[None]:
     freed: a finished export would then end in a segmentation fault (exit 139). A world that
     already existed (a caller's) is left to that caller.
     """
-    import torch
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core import parallel_state
 
     made_world = not torch.distributed.is_initialized()
@@ -116,6 +117,7 @@ def use_cpu_layers(provider: Any) -> None:
     No initialisation either: the weights all come from the checkpoint (and Gated DeltaNet's
     initialisation forks megatron-core's CUDA RNG tracker, gated_delta_net/common.py:302).
     """
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.bridge.models.gpt_provider import local_layer_spec
 
     provider.transformer_layer_spec = local_layer_spec
@@ -140,7 +142,7 @@ def use_cpu_layers(provider: Any) -> None:
 
 def _build_model(bridge: Any, device: Literal["cpu", "cuda"]) -> list[Any]:
     """An empty Megatron model for the bridge's config, on one process."""
-    import torch
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
 
     provider = bridge.to_megatron_provider(load_weights=False)
     provider.tensor_model_parallel_size = provider.pipeline_model_parallel_size = 1
@@ -163,6 +165,7 @@ def _build_model(bridge: Any, device: Literal["cpu", "cuda"]) -> list[Any]:
 
 def load_verl_dist_checkpoint(model: list[Any], dist_ckpt_dir: Path) -> None:
     """Load verl's `model/dist_ckpt` (keys `model`, or `model<i>` per virtual stage) into `model`."""
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core import dist_checkpointing, parallel_state
 
     metadata = dict(dist_checkpointing.load_content_metadata(str(dist_ckpt_dir)) or {})
@@ -212,7 +215,8 @@ def export_latest(
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ExportError(f"{out_dir}: not empty (an export never mixes with older files)")
     try:
-        import torch
+        import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
+        # lazy: megatron is heavy or absent where this module is imported; loaded only here
         from megatron.bridge import AutoBridge
     except Exception as error:  # noqa: BLE001 - any failure to load is the same answer: not here
         # Megatron-Bridge 0.6.2 needs Python >= 3.12 (typing.override) and its GPU stack; a
@@ -234,7 +238,8 @@ def export_latest(
 
 def _write_export(dist_ckpt: Path, model_path: Path, out_dir: Path, strict: bool, device: Literal["cpu", "cuda"]) -> None:
     """Build the model, load the dist checkpoint into it, write HF weights and the non-weight files."""
-    import torch
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.bridge import AutoBridge
 
     dtype = torch.float32 if device == "cpu" else torch.bfloat16

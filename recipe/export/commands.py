@@ -96,6 +96,7 @@ def _fail(command: str, message: str, as_json: bool) -> int:
 
 def _resolve_export_dir(directory: Path) -> Path:
     """DIR itself when it holds a checkpoint; else the newest finished HF export below it."""
+    # lazy: the export commands' modules load only when one of them runs, not for plan
     from recipe.export.watch import latest_hf_export
 
     if (directory / "config.json").is_file() or any(directory.glob("*.safetensors")):
@@ -106,6 +107,7 @@ def _resolve_export_dir(directory: Path) -> Path:
 
 def run_verify_export(args: argparse.Namespace) -> int:
     """Handler of `verify-export`; returns the exit code."""
+    # lazy: the export commands' modules load only when one of them runs, not for plan
     from recipe.export.hf_check import ExportCheckError, verify_export
 
     try:
@@ -117,6 +119,7 @@ def run_verify_export(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace, checkpoint_dir: Path, model_path: Path, strict: bool) -> int:
     """Handler of `export`; the defaults come from the recipe's settings (the CLI passes them)."""
+    # lazy: bridge_export needs Megatron-Bridge; only `export` loads it
     from recipe.export.bridge_export import ExportError, export_latest
 
     try:

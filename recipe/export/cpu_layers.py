@@ -18,10 +18,11 @@ refuse to run. The CPU e2e (tests/e2e/cpu) installs the same layers with torch k
 
 from __future__ import annotations
 
+import importlib
 import types
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, partial
 from typing import Any, NamedTuple
 
 #: Where each replacement goes: megatron-core's hybrid-block specs, Megatron-Bridge's Qwen3-VL model.
@@ -40,8 +41,8 @@ class DeltaNetKernels(NamedTuple):
 
 def _norm(x: Any, weight: Any, bias: Any, eps: float, rms: bool, zero_centered: bool) -> Any:
     """RMSNorm or LayerNorm as Transformer Engine computes them (zero-centred gamma: weight + 1)."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
+    import torch.nn.functional as F  # lazy: torch is heavy or absent where this module is imported; loaded only here
 
     gamma = weight + 1 if zero_centered else weight
     if rms:
@@ -54,7 +55,7 @@ def _norm(x: Any, weight: Any, bias: Any, eps: float, rms: bool, zero_centered: 
 def _norm_parameters(module: Any, config: Any, size: int, eps: float) -> tuple[Any, Any]:
     """(gamma, beta) of a norm as Transformer Engine makes them: gamma zeros when zero-centred, no beta for
     RMSNorm; records the norm's kind on `module`."""
-    import torch
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
 
     module.norm_eps = eps
     module.norm_rms = config.normalization == "RMSNorm"
@@ -68,7 +69,7 @@ def _norm_parameters(module: Any, config: Any, size: int, eps: float) -> tuple[A
 @cache
 def norm_class() -> type:
     """TENorm's stand-in: `weight` (and `bias` for LayerNorm), zero-centred gamma as the config says."""
-    import torch
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
 
     class LocalNorm(torch.nn.Module):
         def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **_unused: Any) -> None:
@@ -87,7 +88,10 @@ def norm_class() -> type:
 @cache
 def norm_linear_class() -> type:
     """TELayerNormColumnParallelLinear's stand-in: a norm, then megatron-core's ColumnParallelLinear."""
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint
 
     class LocalNormColumnParallelLinear(ColumnParallelLinear):  # type: ignore[misc]
@@ -115,6 +119,7 @@ def norm_linear_class() -> type:
 
 def spec_provider() -> Any:
     """megatron-core's LocalSpecProvider with the norm fused into the next linear, as TE's provider does."""
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.models.backends import LocalSpecProvider
 
     class CpuSpecProvider(LocalSpecProvider):  # type: ignore[misc]
@@ -132,10 +137,22 @@ def spec_provider() -> Any:
 
 def attention_spec(config: Any, backend: Any = None) -> Any:
     """The hybrid block's (gated) full-attention spec from local modules, input norm fused as with TE."""
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.tensor_parallel.layers import RowParallelLinear
-    from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
+    from megatron.core.transformer.attention import (
+        SelfAttention,
+        SelfAttentionSubmodules,
+    )
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.transformer.enums import AttnMaskType
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.transformer.spec_utils import ModuleSpec
 
     qk_norm = norm_class() if config.qk_layernorm else None
@@ -155,17 +172,38 @@ def attention_spec(config: Any, backend: Any = None) -> Any:
 
 def vision_layer_spec() -> Any:
     """The vision tower's layer from local modules: non-causal attention, norms fused into the linears."""
-    from functools import partial
-
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.tensor_parallel.layers import RowParallelLinear
-    from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
+    from megatron.core.transformer.attention import (
+        SelfAttention,
+        SelfAttentionSubmodules,
+    )
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.transformer.enums import AttnMaskType
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.transformer.identity_op import IdentityOp
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.transformer.mlp import MLP, MLPSubmodules
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
     from megatron.core.transformer.spec_utils import ModuleSpec
-    from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
+
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
+    from megatron.core.transformer.transformer_layer import (
+        TransformerLayer,
+        TransformerLayerSubmodules,
+    )
 
     attention = SelfAttentionSubmodules(
         linear_qkv=norm_linear_class(), core_attention=DotProductAttention, linear_proj=RowParallelLinear
@@ -187,7 +225,11 @@ def vision_layer_spec() -> Any:
 
 def layer_replacements(kernels: DeltaNetKernels) -> dict[str, dict[str, Any]]:
     """Module name -> {attribute: its CPU replacement}, for every module that builds Qwen3.5 from TE."""
-    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+    # lazy: megatron is heavy or absent where this module is imported; loaded only here
+    from megatron.core.tensor_parallel.layers import (
+        ColumnParallelLinear,
+        RowParallelLinear,
+    )
 
     deltanet = {"HAVE_FLA": True, **kernels._asdict()}
     return {
@@ -221,8 +263,6 @@ EXPORT_KERNELS = DeltaNetKernels(*(_no_forward(name) for name in DeltaNetKernels
 @contextmanager
 def replaced(replacements: Mapping[str, Mapping[str, Any]]) -> Iterator[None]:
     """Set the attributes (importing their modules), then put the originals back."""
-    import importlib
-
     saved: list[tuple[types.ModuleType, str, Any]] = []
     try:
         for module_name, attributes in replacements.items():
@@ -243,7 +283,7 @@ def cpu_build() -> Iterator[None]:
     Also answers `torch.cuda.current_device()` with "cpu", where GDN's and mRoPE's constructors
     place tensors. Models without DeltaNet or vision tower (Qwen3, Qwen3-MoE) build as before.
     """
-    import torch
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
 
     original = torch.cuda.current_device
     torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]

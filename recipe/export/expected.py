@@ -64,7 +64,7 @@ def _named_model_class(name: object) -> type | None:
     `architectures` comes from the checked directory, so it may name any attribute of
     transformers (`Trainer`, `pipeline`, ...): nothing but a model class is ever built.
     """
-    import transformers
+    import transformers  # lazy: transformers is heavy or absent where this module is imported; loaded only here
 
     if not isinstance(name, str) or not _CLASS_NAME.match(name):
         return None
@@ -79,7 +79,7 @@ def _named_model_class(name: object) -> type | None:
 
 
 def _model_class(config: Any) -> type:
-    import transformers
+    import transformers  # lazy: transformers is heavy or absent where this module is imported; loaded only here
 
     architectures = getattr(config, "architectures", None) or []
     if not isinstance(architectures, (list, tuple)):
@@ -113,7 +113,8 @@ def _model_class(config: Any) -> type:
 
 def build_meta_model(config_dir: Path) -> Any:
     """The HF model class of `config_dir/config.json`, instantiated on the meta device."""
-    import torch
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
+    # lazy: transformers is heavy or absent where this module is imported; loaded only here
     from transformers import AutoConfig
 
     config_path = config_dir / "config.json"
@@ -143,6 +144,7 @@ def _shape(tensor: Any) -> tuple[int, ...]:
 
 def expected_tensors(config_dir: Path) -> ExpectedTensors:
     """What `config_dir/config.json`'s model class expects on disk, per parameter."""
+    # lazy: transformers is heavy or absent where this module is imported; loaded only here
     from transformers.core_model_loading import revert_weight_conversion
 
     model = build_meta_model(config_dir)

@@ -43,6 +43,7 @@ def _json_safe_save_transformer_config(self: Any, local_path: str) -> None:
     """Rank 0 writes the TransformerConfig to <local_path>/transformer_config.json, never raising on a value."""
     if self.rank != 0:
         return
+    # lazy: verl is heavy or absent where this module is imported; loaded only here
     from verl.utils.megatron_utils import get_transformer_config_checkpoint_path
 
     path = get_transformer_config_checkpoint_path(local_path)

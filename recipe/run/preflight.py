@@ -48,6 +48,7 @@ def _readable_file(name: str, path: Path) -> str | None:
 def _smoke_assets_root(settings: Settings) -> Path | None:
     if settings.profile != "smoke":
         return None
+    # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke
     from recipe.smoke import assets_root
 
     return assets_root(settings.checkpoint_dir)

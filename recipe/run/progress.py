@@ -38,6 +38,7 @@ EVENT_FILE_MARK = "tfevents"
 
 def event_reader(directory: Path) -> Any:
     """tensorboard's reader of the event files under `directory`; each Reload() reads only what is new."""
+    # lazy: tensorboard is heavy or absent where this module is imported; loaded only here
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     return EventAccumulator(str(directory), size_guidance={"scalars": 0})

@@ -33,12 +33,14 @@ RESUME_WAY_OUT = (
 
 def _resume_mode(plan: Plan) -> tuple[str | None, str | None]:
     """(mode, None) for the trainer.resume_mode verl will read, or (None, problem) when it cannot be told."""
+    # lazy: composing verl's config imports Hydra; only a resume that needs the guard
     from recipe.verl_config import compose_verl_config, verl_config_dir
 
     config_dir = verl_config_dir()
     if config_dir is None:
         return None, "trainer.resume_mode: cannot be read without verl's trainer config (verl is not installed)"
     try:
+        # lazy: omegaconf is heavy or absent where this module is imported; loaded only here
         from omegaconf import OmegaConf
 
         trainer = compose_verl_config(plan.overrides, config_dir).get("trainer")
@@ -86,6 +88,7 @@ def resume_problem(plan: Plan) -> str | None:
             f"verl reloads), so it cannot be checked; {RESUME_WAY_OUT}"
         )
     try:
+        # lazy: the export checker loads only when there is an export to check
         from recipe.export.hf_check import verify_export
 
         report = verify_export(export, reference=None)

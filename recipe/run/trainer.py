@@ -83,6 +83,7 @@ def _prepare_smoke(root: Path) -> None:
 
     torch, transformers and pyarrow come with verl, which run_problems has found installed.
     """
+    # lazy: the smoke build imports torch and transformers, only with PROFILE=smoke
     from recipe.smoke import prepare_smoke_assets
 
     print(f"Preparing the smoke model and data in {root}", flush=True)
@@ -143,6 +144,7 @@ def _training_file(plan: Plan) -> Path:
 
 def _warn_about_prompt_budget(plan: Plan) -> None:
     """One warning when data.max_prompt_length drops more than 1 % of the training rows (recipe.run.prompt_budget)."""
+    # lazy: prompt lengths import the data package (datasets)
     from recipe.run.prompt_budget import prompt_budget_warning, recorded_lengths
 
     limit = override_value(plan.overrides, "data.max_prompt_length")
@@ -242,7 +244,8 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
 
 def _judge_smoke(plan: Plan, code: int) -> int:
     """PROFILE=smoke: print the verdict block and write it beside the checkpoints; EXIT_SMOKE_FAILED on FAIL."""
-    from recipe.smoke.profile import VERDICT_FILE
+    from recipe.smoke.profile import VERDICT_FILE  # lazy: the smoke profile's modules, only with PROFILE=smoke
+    # lazy: the smoke profile's modules, only with PROFILE=smoke
     from recipe.smoke.verdict import count_training_prompts, smoke_verdict
 
     if code != 0:

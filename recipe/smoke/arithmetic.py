@@ -13,6 +13,7 @@ The same seed always gives the same bytes, so the files are reproducible.
 
 from __future__ import annotations
 
+import io
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,9 +69,10 @@ def problems(count: int, rng: random.Random) -> list[Problem]:
 
 def picture(problem: Problem) -> bytes:
     """The problem's expression drawn black on white, as a PNG of IMAGE_SIZE x IMAGE_SIZE (same bytes each call)."""
-    import io
-
-    from PIL import Image, ImageDraw
+    from PIL import (  # lazy: PIL is heavy or absent where this module is imported; loaded only here
+        Image,
+        ImageDraw,
+    )
 
     image = Image.new("RGB", (IMAGE_SIZE, IMAGE_SIZE), (255, 255, 255))
     ImageDraw.Draw(image).text((4, IMAGE_SIZE // 2 - 6), problem.expression, fill=(0, 0, 0))
@@ -91,7 +93,7 @@ def to_row(problem: Problem, index: int, split: str) -> dict[str, Any]:
 
 def write_split(path: Path, rows: list[dict[str, Any]]) -> None:
     """Write `rows` as one parquet file with `prepare-data geo3k`'s schema (the caller makes the swap atomic)."""
-    import datasets
+    import datasets  # lazy: datasets is heavy or absent where this module is imported; loaded only here
 
     features = output_features(SPECS["geo3k"])
     datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))

@@ -104,8 +104,8 @@ def _is_current(root: Path, wanted: dict[str, Any]) -> bool:
 
 def _build_model(model_dir: Path, seed: int) -> None:
     """Random weights for the shipped config, saved as bf16 safetensors like the real checkpoint."""
-    import torch
-    import transformers
+    import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
+    import transformers  # lazy: transformers is heavy or absent where this module is imported; loaded only here
 
     config = transformers.AutoConfig.from_pretrained(SHIPPED)
     # The class the real checkpoint names (Qwen3_5MoeForConditionalGeneration): the VLM, as
@@ -121,6 +121,7 @@ def _build_model(model_dir: Path, seed: int) -> None:
 
 
 def _build_tokenizer(model_dir: Path) -> None:
+    # lazy: the tokenizer's build imports tokenizers and transformers
     from recipe.smoke.tokenizer import build_tokenizer
 
     build_tokenizer().save_pretrained(model_dir)

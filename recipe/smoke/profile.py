@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from recipe.hydra_text import hydra_value
+
 #: The smoke model and data are built under CHECKPOINT_DIR/<this> (the one volume a run must be able to write).
 SMOKE_ASSETS_DIRNAME = "smoke-assets"
 
@@ -65,8 +67,7 @@ def smoke_overrides() -> list[str]:
     Every key exists in verl's config (no `+`), so appending them after the recipe's
     overrides replaces the recipe's values.
     """
-    from recipe.hydra_text import hydra_value
-    from recipe.smoke import reward
+    from recipe.smoke import reward  # lazy: recipe.smoke imports this module
 
     return [
         # A reward a random model gets a signal from (recipe/smoke/reward.py): with gsm8k's, every gradient is 0.
@@ -88,6 +89,7 @@ def smoke_overrides() -> list[str]:
 
 def smoke_data_note() -> str:
     """What `plan` says of the smoke data (recipe.smoke.arithmetic, built by `run`)."""
+    # lazy: the arithmetic data import Pillow and datasets; recipe.smoke.prepare imports this module
     from recipe.smoke.arithmetic import IMAGE_SIZE
     from recipe.smoke.prepare import TEST_ROWS, TRAIN_ROWS
 

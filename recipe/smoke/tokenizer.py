@@ -92,7 +92,9 @@ def chat_template() -> str:
 
 def build_tokenizer() -> Any:
     """A transformers fast tokenizer over the byte-level BPE; `save_pretrained` writes its files."""
+    # lazy: tokenizers is heavy or absent where this module is imported; loaded only here
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    # lazy: transformers is heavy or absent where this module is imported; loaded only here
     from transformers import PreTrainedTokenizerFast
 
     vocab = {char: byte for byte, char in _byte_alphabet().items()}

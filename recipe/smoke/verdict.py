@@ -220,7 +220,9 @@ def judge_metrics(metrics: Mapping[int, Mapping[str, float]], steps: int) -> lis
 
 
 def _export_report(export: Path, initial_model: Path) -> Check:
+    # lazy: the export checker loads only when the verdict judges an export
     from recipe.export.expected import ExportCheckError
+    # lazy: the export checker loads only when the verdict judges an export
     from recipe.export.hf_check import verify_export
 
     limit = "COMPLETE, or LENIENT with its reason"
@@ -238,8 +240,10 @@ def _export_report(export: Path, initial_model: Path) -> Check:
 
 def _export_was_trained(export: Path, initial_model: Path, name: str, part: str = "") -> Check:
     """Some tensor of the export whose name holds `part` differs from the initial model's (fp32, first wins)."""
+    # lazy: safetensors is heavy or absent where this module is imported; loaded only here
     from safetensors import safe_open
 
+    # lazy: the shard reader loads only when the verdict judges an export
     from recipe.export.shards import read_checkpoint
 
     which = f"{part.strip('.')} tensor" if part else "tensor"
@@ -263,6 +267,7 @@ def _export_was_trained(export: Path, initial_model: Path, name: str, part: str 
 
 
 def _watcher_report(export: Path) -> Check:
+    # lazy: the export watcher's module loads only when the verdict judges an export
     from recipe.export.watch import REPORT_NAME
 
     path = export.parent / REPORT_NAME
@@ -277,6 +282,7 @@ def _watcher_report(export: Path) -> Check:
 
 def judge_export(checkpoint_root: Path, initial_model: Path) -> list[Check]:
     """The checks of the newest finished save: its HF export, that it was trained, the watcher's report."""
+    # lazy: the export watcher's module loads only when the verdict judges an export
     from recipe.export.watch import latest_hf_export
 
     export = latest_hf_export(checkpoint_root)
@@ -320,8 +326,9 @@ def judge_images(
 
 def count_training_prompts(train_file: Path, model: Path) -> PromptLengths | str:
     """The training data's prompt lengths with images, or why they cannot be counted (never raises)."""
+    # lazy: counting prompts imports transformers and verl's image code
     from recipe.data.prompt_lengths import PromptCounter, count_parquet
-    from recipe.data.source import describe_exception
+    from recipe.data.source import describe_exception  # lazy: data.source imports datasets
 
     try:
         return count_parquet(train_file, PromptCounter(model))

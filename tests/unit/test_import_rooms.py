@@ -103,3 +103,32 @@ MAX_ROOM_LINES = 400
 def test_no_room_is_over_400_lines() -> None:
     sizes = {str(path.relative_to(RECIPE)): len(path.read_text().splitlines()) for path in RECIPE.rglob("*.py")}
     assert {name: lines for name, lines in sizes.items() if lines > MAX_ROOM_LINES} == {}
+
+
+def _lazy_imports_without_a_reason(path: Path) -> list[str]:
+    """Imports inside a function of PATH with no `# lazy:` comment saying why (on the statement, or above its block)."""
+    lines = path.read_text().splitlines()
+    tree = ast.parse("\n".join(lines))
+    found = []
+    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        for node in ast.walk(function):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            own = lines[node.lineno - 1 : node.end_lineno]
+            above = node.lineno - 2
+            # Walk up over the imports of the same block: one comment may say why for all of them.
+            while above >= 0 and lines[above].strip().startswith(("from ", "import ", ")")) or (
+                above >= 0 and lines[above].strip().endswith(",")
+            ):
+                above -= 1
+            if not any("lazy:" in line.partition("#")[2] for line in own) and not (
+                above >= 0 and "lazy:" in lines[above].partition("#")[2]
+            ):
+                found.append(f"{path.relative_to(RECIPE.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return found
+
+
+def test_every_import_inside_a_function_says_why_it_is_lazy() -> None:
+    """A late import hides an arrow between rooms: it is there for start-up time, an optional package or a cycle,
+    and a `# lazy:` comment says which (issue 41); anything else belongs at the top of the module."""
+    assert [line for path in sorted(RECIPE.rglob("*.py")) for line in _lazy_imports_without_a_reason(path)] == []

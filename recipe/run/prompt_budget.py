@@ -32,7 +32,7 @@ def recorded_lengths(train_file: Path) -> PromptLengths | str:
     try:
         record = read_json(manifest, MAX_MANIFEST_BYTES)
     except FileRefused as refused:  # a FIFO, a folder, too large, not JSON, nested too deep (recipe.read_back)
-        return f"unreadable: {refused}"
+        return f"{manifest}: unreadable ({str(refused).removeprefix(f'{manifest}: ')})"
     record = record if isinstance(record, dict) else {}
     files = record.get("files") if isinstance(record.get("files"), dict) else {}
     split = next((name for name, entry in files.items()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from recipe.export.watch import MAX_REPORT_BYTES
 from recipe.numbers import NumberRefused, whole_number
-from recipe.read_back import FileRefused, parse_json, read_json, read_text
+from recipe.read_back import FileRefused, parse_json, read_file, read_json
 
 if TYPE_CHECKING:  # counting imports transformers and verl: only where the check runs
     from recipe.data.prompt_lengths import PromptLengths
@@ -116,9 +116,11 @@ def read_metrics(path: Path) -> dict[int, dict[str, float]]:
     float holds (hundreds of digits) is left out like a non-number.
     """
     try:
-        text = read_text(Path(path), MAX_METRICS_BYTES)
+        # Bytes that are no UTF-8 (a metric's name) are replaced, not a stop: the numbers are what is judged.
+        text = read_file(Path(path), MAX_METRICS_BYTES).decode("utf-8", errors="replace")
     except FileRefused as refused:
-        raise MetricsError(f"cannot read the metrics verl logs: {refused}") from None
+        why = str(refused).removeprefix(f"{path}: ").removeprefix("cannot be opened (").removesuffix(")")
+        raise MetricsError(f"{path}: cannot read the metrics verl logs ({why})") from None
     steps: dict[int, dict[str, float]] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -126,7 +128,8 @@ def read_metrics(path: Path) -> dict[int, dict[str, float]]:
         try:
             record = parse_json(line, f"{path}:{number}", constants=True)
         except FileRefused as refused:
-            raise MetricsError(str(refused)) from None
+            deep = "nested too deep" in str(refused)
+            raise MetricsError(str(refused) if deep else f"{path}:{number}: not a JSON line") from None
         step = record.get("step") if isinstance(record, dict) else None
         data = record.get("data") if isinstance(record, dict) else None
         if isinstance(step, bool) or not isinstance(step, int) or not isinstance(data, dict):
@@ -274,9 +277,11 @@ def _watcher_report(export: Path) -> Check:
     limit = "its report says COMPLETE or LENIENT"
     try:
         report = read_json(path, MAX_REPORT_BYTES)
-    except FileRefused as refused:
-        return Check("export watcher", False, f"no readable report ({refused})", limit)
-    status = report.get("status") if isinstance(report, dict) else None
+    except FileRefused:  # absent, a FIFO or folder, too large, not JSON, not UTF-8, too deep (recipe.read_back)
+        report = None
+    if not isinstance(report, dict):
+        return Check("export watcher", False, f"no readable report at {path}", limit)
+    status = report.get("status")
     return Check("export watcher", status in ("complete", "lenient"), str(status).upper(), limit)
 
 

@@ -162,7 +162,7 @@ def test_a_broken_config_json_names_model_path(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(RecipeConfigError) as caught:
         load_architecture(tmp_path)
-    assert caught.value.problems[0].startswith(f"MODEL_PATH={str(tmp_path)!r}: config.json is unreadable")
+    assert caught.value.problems[0].startswith(f"MODEL_PATH={str(tmp_path)!r}: config.json: not JSON (")
 
 
 def test_a_config_without_the_numbers_names_each_missing_key(tmp_path: Path) -> None:

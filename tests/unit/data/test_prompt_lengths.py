@@ -104,8 +104,10 @@ def test_a_manifest_that_does_not_hold_for_this_file_is_a_reason(
 
 @pytest.mark.parametrize(
     ("content", "reason"),
-    [(b"[" * 100_000 + b"]" * 100_000, "unreadable (RecursionError)"), (b"\xff\xfe{", "unreadable (UnicodeDecodeError)"),
-     (b"{", "unreadable (JSONDecodeError)"), (b"[1, 2]", "names no file train.parquet")],
+    [(b"[" * 100_000 + b"]" * 100_000, "unreadable (nested too deep to be read)"),
+     (b"\xff\xfe{", "unreadable (not UTF-8 text (byte 0))"),
+     (b"{", "unreadable (not JSON (Expecting property name enclosed in double quotes, line 1 column 2))"),
+     (b"[1, 2]", "names no file train.parquet")],
 )  # fmt: skip
 def test_a_manifest_that_is_no_json_document_of_ours_is_a_reason(tmp_path: Path, content: bytes, reason: str) -> None:
     train = tmp_path / "train.parquet"

@@ -147,7 +147,7 @@ def test_a_broken_run_fails_its_check(name: str, change: Callable[..., Any], che
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ('{"step": 1, "data": {}}\nnot json\n', r"m\.jsonl:2: not JSON"),
+        ('{"step": 1, "data": {}}\nnot json\n', r"m\.jsonl:2: not a JSON line"),
         ('{"step": "1", "data": {}}\n', r"m\.jsonl:1: not a metrics line"),
         ('{"step": true, "data": {}}\n', r"m\.jsonl:1: not a metrics line"),
         ('[1, 2]\n', r"m\.jsonl:1: not a metrics line"),

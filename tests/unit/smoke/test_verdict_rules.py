@@ -219,7 +219,7 @@ def test_a_malformed_line_is_named_by_file_and_line(content: str, line: int, pro
 
 
 @pytest.mark.parametrize(
-    ("make", "reason"), [(lambda p: None, "No such file or directory"), (Path.mkdir, "Is a directory")]
+    ("make", "reason"), [(lambda p: None, "No such file or directory"), (Path.mkdir, "not a regular file")]
 )
 def test_an_unreadable_metrics_file_says_why(make: Callable[[Path], object], reason: str, tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"

@@ -93,19 +93,23 @@ def test_resume_guard_refuses_a_corrupt_newest_export(e2e: E2ERun, tmp_path: Pat
 
 
 # The resumed run's step 2 is the uninterrupted run's step 2 --------------------------------------------------------
-#: The rollouts here are one sequence at a time without a prefix cache (tests/e2e/harness/plan.py): the same tokens in
-#: both runs, so every reward, length, score, loss and grad-norm metric is the same number. Not to the bit, though:
-#: vLLM-CPU's log-probs of those tokens still differ between two engines (measured 1e-7 relative in the rollout-vs-
-#: actor metrics), and they reach the loss, so two fresh runs already differ after step 1 (Adam's first moment in
-#: 1,293 of 7.8M elements, by up to 2.9e-11). Measured after step 2, resumed against uninterrupted: master weights
-#: 3.6e-12 (one element), first moment 2.9e-11, second 1.8e-15, which is 3.6e-6, 8.4e-9 and 1.2e-9 of what one
-#: optimizer step moves each. The bound is a hundredth of one step's move: a dropped or repeated step moves a whole
-#: one (the test checks its own bound against that, step 1 for step 2). RNG, scheduler and data loader: exact.
+#: The rollouts here are one sequence at a time without a prefix cache (tests/e2e/harness/plan.py): both runs draw the
+#: same tokens, so every reward, score and length of step 2 is the same number, and so are the RNG, scheduler and
+#: data-loader states. Not the floats to the bit: two fresh runs already differ after step 1 (entropy and loss in
+#: the 7th digit, Adam's first moment in 1,293 of 7.8M elements), from the order CPU kernels sum in and vLLM-CPU's
+#: log-probs of the same tokens. Such noise flips Adam's normalized update where a gradient is about 0, so one element
+#: may move by most of a step (measured 0.75 of the largest move): the bound is on the whole state, the L2 norm of the
+#: difference against the L2 norm of what one optimizer step moves, a hundredth. Measured 1.4e-3 (weights), 6.5e-4
+#: and 9.6e-4 (moments) on one run, 3.6e-6 at most on another; a dropped or repeated step is 1, which the test checks
+#: of its own bound (step 1's state in place of step 2's).
 STEP_SHARE = 0.01
 #: Metrics that are the clock's or the allocator's, not the run's.
 CLOCK_METRICS = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/")
-#: Metrics computed from vLLM's log-probs (see above): the same to this relative tolerance; measured 2e-7.
-ROLLOUT_LOGPROB_METRICS, ROLLOUT_LOGPROB_TOLERANCE = ("rollout_corr/", "training/rollout_"), 1e-5
+#: Metrics that count or score the drawn tokens: the same number in both runs.
+TOKEN_METRICS = ("response_length/", "prompt_length/", "critic/score/", "critic/rewards/", "training/global_step",
+                 "training/epoch")  # fmt: skip
+#: Every other metric (losses, grad norm, entropy, log-prob comparisons) to this relative tolerance; measured 8.9e-6.
+FLOAT_METRIC_TOLERANCE = 1e-4
 
 
 def test_both_finished_runs_exit_0(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
@@ -132,13 +136,13 @@ def test_optimizer_schedule_survives_the_resume(e2e: E2ERun, e2e_reference: Refe
 
 
 def _beyond_a_hundredth_of_a_step(state: dict[str, Any], reference: dict[str, Any], step: dict[str, Any]) -> list[str]:
-    """The flat states (weights, moments) where `state` is further from `reference` than STEP_SHARE of `step`'s move."""
+    """The flat states (weights, moments) further from `reference`, in L2 norm, than STEP_SHARE of `step`'s move."""
     far = []
     for name in FLAT_STATE:
-        move = (reference[name] - step[name]).abs().max().item()
-        gap = (state[name] - reference[name]).abs().max().item()
+        move = (reference[name] - step[name]).double().norm().item()
+        gap = (state[name] - reference[name]).double().norm().item()
         if not move > 0 or gap > STEP_SHARE * move:
-            far.append(f"{name}: {gap:.3e} from the uninterrupted run, one step moves it {move:.3e}")
+            far.append(f"{name}: {gap:.3e} from the uninterrupted run in L2, one step moves it {move:.3e}")
     return far
 
 
@@ -159,13 +163,13 @@ def test_resumed_step_2_state_equals_the_uninterrupted_one(e2e: E2ERun, e2e_refe
 
 
 def test_resumed_step_2_metrics_equal_the_uninterrupted_ones(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
-    """Every metric verl logged for step 2 (rewards, scores, lengths, losses, grad norm) is the same number; those of
-    vLLM's log-probs agree to ROLLOUT_LOGPROB_TOLERANCE."""
+    """Every metric verl logged for step 2: those of the drawn tokens (rewards, scores, lengths) the same number, the
+    rest (losses, grad norm, entropy, log-prob comparisons) to FLOAT_METRIC_TOLERANCE."""
     resumed, reference = step_metrics(e2e.second.text())[2], step_metrics(e2e_reference.run.text())[2]
     kept = sorted(key for key in reference if not key.startswith(CLOCK_METRICS))
     assert len(kept) >= 20 and "actor/grad_norm" in kept and "critic/rewards/mean" in kept, sorted(reference)
-    close = [key for key in kept if key.startswith(ROLLOUT_LOGPROB_METRICS)]
-    exact = [key for key in kept if key not in close]
+    exact = [key for key in kept if key.startswith(TOKEN_METRICS)]
+    assert len(exact) >= 8, exact
     assert {key: resumed.get(key) for key in exact} == {key: reference[key] for key in exact}
-    for key in close:
-        assert resumed[key] == pytest.approx(reference[key], rel=ROLLOUT_LOGPROB_TOLERANCE, abs=1e-12), key
+    for key in kept:
+        assert resumed[key] == pytest.approx(reference[key], rel=FLOAT_METRIC_TOLERANCE, abs=1e-9), key

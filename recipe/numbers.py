@@ -24,7 +24,10 @@ class NumberRefused(ValueError):
 
 
 def _shown(value: Any) -> str:
-    text = repr(value) if not isinstance(value, str) else repr(value)
+    """The value for a message, cut to 40 characters; an int too long for repr (4,300 digits) by its size."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        return f"<a {value.bit_length()}-bit integer>"
+    text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 

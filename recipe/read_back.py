@@ -79,15 +79,6 @@ def read_file(path: Path, limit: int, *, follow: bool = True) -> bytes:
         os.close(fd)
 
 
-def read_text(path: Path, limit: int, *, follow: bool = True) -> str:
-    """read_file, decoded as UTF-8; bytes that are no UTF-8 are FileRefused."""
-    data = read_file(path, limit, follow=follow)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise FileRefused(f"{path}: not UTF-8 text (byte {error.start})") from None
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 

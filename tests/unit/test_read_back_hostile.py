@@ -190,6 +190,9 @@ def test_whole_number_returns_an_int_in_range_or_refuses(value: Any) -> None:
 def test_whole_number_refuses_long_text_before_int_sees_it() -> None:
     with pytest.raises(NumberRefused, match=f"at most {MAX_DIGITS} digits"):
         whole_number("9" * 100_000, 0, 10, "x")  # int() would raise ValueError past 4,300 digits
+    # An int already made past repr's 4,300 digits is refused by its size, never a ValueError from the message.
+    with pytest.raises(NumberRefused, match="bit integer>: must be between 0 and 10"):
+        whole_number(10**5000, 0, 10, "x")
 
 
 @given(st.one_of(st.integers(-10**400, 10**400), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5)))

@@ -103,13 +103,17 @@ def test_resume_guard_refuses_a_corrupt_newest_export(e2e: E2ERun, tmp_path: Pat
 #: asked for, held on two of three; this is a quarter, still far from a dropped or repeated step's whole one, which
 #: the test checks of its own bound (step 1's state in place of step 2's).
 STEP_SHARE = 0.25
-#: The run's own step-2 metrics, to FLOAT_METRIC_TOLERANCE (measured at most 5.3e-6, the grad norm). Left out: the
+#: Step 2's metrics that follow from the drawn tokens alone (rewards, scores, GRPO's advantages and returns): the same
+#: tokens give the same numbers, up to the order in which verl sums the batch (its agent loop returns samples as they
+#: finish): measured 3.6e-7 relative, bound TOKEN_METRIC_TOLERANCE.
+TOKEN_METRICS = ("critic/score/", "critic/rewards/", "critic/advantages/", "critic/returns/")
+TOKEN_METRIC_TOLERANCE = 1e-5
+#: Step 2's metrics of the actor's forward and backward: they follow the weights after step 1, which carry the noise
+#: STEP_SHARE describes, so they are bound the same way: within STEP_SHARE of their own change from step 1 to step 2.
+#: Measured: 2.3e-3 of its change for the grad norm (CI, a 5.6e-4 relative gap), 1.7e-2 for the entropy. Left out: the
 #: clock's, and comparisons of two models' log-probs (kl_loss, rollout_corr/*, training/rollout_*), which carry the
 #: log-probs' own noise (up to 28 % on a minimum).
-COMPARED_METRICS = ("critic/score/", "critic/rewards/", "critic/advantages/", "critic/returns/", "actor/pg_loss",
-                    "actor/grad_norm", "actor/entropy", "response_length/", "prompt_length/", "training/global_step",
-                    "training/epoch")  # fmt: skip
-FLOAT_METRIC_TOLERANCE = 1e-4
+ACTOR_METRICS = ("actor/pg_loss", "actor/grad_norm", "actor/entropy")
 #: Metrics that count the drawn tokens or the step: the same number in both runs.
 COUNT_METRICS = ("response_length/", "prompt_length/", "training/global_step", "training/epoch")
 
@@ -164,13 +168,27 @@ def test_resumed_step_2_state_equals_the_uninterrupted_one(e2e: E2ERun, e2e_refe
     assert len(_beyond_a_share_of_a_step(before, after, before)) == len(FLAT_STATE)
 
 
+def _beyond_a_share_of_the_change(metrics: dict[str, float], step_2: dict[str, float], step_1: dict[str, float]) -> list[str]:
+    """The ACTOR_METRICS further from `step_2`'s than STEP_SHARE of their change from `step_1` to `step_2`."""
+    far = []
+    for key in ACTOR_METRICS:
+        change, gap = abs(step_2[key] - step_1[key]), abs(metrics[key] - step_2[key])
+        if not change > 0 or gap > STEP_SHARE * change:
+            far.append(f"{key}: {metrics[key]!r} is {gap:.3e} from {step_2[key]!r}, step 1 to 2 moved it {change:.3e}")
+    return far
+
+
 def test_resumed_step_2_metrics_equal_the_uninterrupted_ones(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
-    """Step 2's own metrics: the counts (lengths, step, epoch) the same number, rewards, scores, advantages, loss,
-    grad norm and entropy to FLOAT_METRIC_TOLERANCE."""
-    resumed, reference = step_metrics(e2e.second.text())[2], step_metrics(e2e_reference.run.text())[2]
-    kept = sorted(key for key in reference if key.startswith(COMPARED_METRICS))
-    assert len(kept) >= 20 and "actor/grad_norm" in kept and "critic/rewards/mean" in kept, sorted(reference)
+    """Step 2's own metrics: the counts (lengths, step, epoch) the same number; rewards, scores, advantages and returns
+    to TOKEN_METRIC_TOLERANCE; loss, grad norm and entropy within a quarter of their change from step 1."""
+    resumed = step_metrics(e2e.second.text())[2]
+    reference = step_metrics(e2e_reference.run.text())
+    kept = sorted(key for key in reference[2] if key.startswith(COUNT_METRICS + TOKEN_METRICS))
+    assert len(kept) >= 20 and "critic/rewards/mean" in kept, sorted(reference[2])
     counts = [key for key in kept if key.startswith(COUNT_METRICS)]
-    assert {key: resumed.get(key) for key in counts} == {key: reference[key] for key in counts}
+    assert {key: resumed.get(key) for key in counts} == {key: reference[2][key] for key in counts}
     for key in kept:
-        assert resumed[key] == pytest.approx(reference[key], rel=FLOAT_METRIC_TOLERANCE, abs=1e-9), key
+        assert resumed[key] == pytest.approx(reference[2][key], rel=TOKEN_METRIC_TOLERANCE, abs=1e-9), key
+    assert _beyond_a_share_of_the_change(resumed, reference[2], reference[1]) == []
+    # The bound catches what it is for: step 1's metrics in place of step 2's (a replayed step) are a whole change away.
+    assert len(_beyond_a_share_of_the_change(reference[1], reference[2], reference[1])) == len(ACTOR_METRICS)

@@ -62,6 +62,14 @@ class ModelSizes:
         output = 0 if self.tied_embeddings else self.embedding
         return self.tp_sharded + self.replicated + self.experts + self.embedding + output + self.vision
 
+    @property
+    def active_per_token(self) -> int:
+        """The language model's weights one token's forward pass multiplies by: attention (full or DeltaNet), the
+        shared expert, the router, experts_per_token routed experts of every layer, and the output layer (the input
+        embedding is a lookup, no multiply). The vision tower is left out: it runs on image patches, not tokens."""
+        routed = self.num_layers * self.experts_per_token * 3 * self.hidden_size * self.moe_ffn_hidden_size
+        return self.tp_sharded + self.replicated + routed + self.embedding
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for `plan --json`."""
         return {**asdict(self), "total": self.total}

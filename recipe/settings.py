@@ -97,6 +97,14 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         description="Memory of one device in GiB for plan's memory-fit estimate (default: 80 on gpu, the chip's on npu).",
     )
+    peak_tflops: float | None = Field(
+        None,
+        gt=0,
+        le=100_000,
+        allow_inf_nan=False,
+        description="Dense bf16 peak of one device in TFLOP/s, for the run report's MFU (default: an H100's 989 on gpu; "
+        "none on npu, where the report then gives the achieved TFLOP/s only).",
+    )
 
     # --- several nodes ------------------------------------------------------
     node_rank: int = Field(0, ge=0, description="This node's rank; 0 starts the Ray head and the trainer.")

@@ -1,4 +1,5 @@
-"""One progress line per training step while `run` supervises the trainer: step N of total, mean reward, time, ETA.
+"""One progress line per training step while `run` supervises the trainer: step N of total, mean reward, time and its
+split into phases, tokens per second per device, ETA.
 
 The numbers are verl's own, read back from the TensorBoard event files its logger writes under
 TENSORBOARD_DIR (verl/utils/tracking.py, `_TensorboardAdapter`: one scalar per metric, at the global
@@ -18,12 +19,13 @@ from typing import Any
 
 from recipe.numbers import finite_or_none
 from recipe.read_back import FileRefused
+from recipe.run.verl_metrics import PHASE_SHORT, PHASES, READ_BACK, REWARD, STEP_SECONDS, THROUGHPUT
 from recipe.run_length import StepTotal
 
 logger = logging.getLogger("recipe")
 
-REWARD_TAG = "critic/rewards/mean"
-STEP_SECONDS_TAG = "timing_s/step"
+REWARD_TAG = REWARD
+STEP_SECONDS_TAG = STEP_SECONDS
 #: A step time past this (a year) is no time of a step: left out of the ETA.
 MAX_STEP_SECONDS = 365 * 86400.0
 #: How often the event files are read again.
@@ -63,7 +65,7 @@ def event_file_problem(directory: Path) -> str | None:
 
 
 def read_steps(events: Any, directory: Path | None = None) -> dict[int, dict[str, float | None]]:
-    """step -> {tag: value} of the reward and step-time scalars, after reading what is new (an event_reader).
+    """step -> {tag: value} of the scalars `run` reads (verl_metrics.READ_BACK), after reading what is new (an event_reader).
 
     A value that is no finite number (verl logs inf or NaN as they come) is None: shown as n/a. With
     `directory`, its event files are checked first (event_file_problem): FileRefused instead of a hang.
@@ -74,10 +76,9 @@ def read_steps(events: Any, directory: Path | None = None) -> dict[int, dict[str
     events.Reload()
     steps: dict[int, dict[str, float | None]] = {}
     available = set(events.Tags().get("scalars", []))
-    for tag in (REWARD_TAG, STEP_SECONDS_TAG):
-        if tag in available:
-            for event in events.Scalars(tag):
-                steps.setdefault(int(event.step), {})[tag] = finite_or_none(event.value)
+    for tag in sorted(READ_BACK & available):
+        for event in events.Scalars(tag):
+            steps.setdefault(int(event.step), {})[tag] = finite_or_none(event.value)
     return steps
 
 
@@ -94,12 +95,16 @@ def _shown(value: float | None, form: str) -> str:
 def progress_line(
     step: int, metrics: dict[str, float | None], total: StepTotal | None, recent_seconds: list[float]
 ) -> str:
-    """`step 3 of about 120: reward 0.412, 95.2 s/step, ETA 3h05m` (the parts verl logged; n/a where not finite)."""
+    """`step 3 of about 120, reward 0.412, 95.2 s/step (gen 14.0, old 7.3, update 70.1, sync 0.2), 29.4 tokens/s/device,
+    ETA 3h05m`: the parts verl logged, n/a where not finite."""
     parts = [f"step {step}" + (f" of {total}" if total else "")]
     if REWARD_TAG in metrics:
         parts.append(f"reward {_shown(metrics[REWARD_TAG], '.3f')}")
     if STEP_SECONDS_TAG in metrics:
-        parts.append(f"{_shown(metrics[STEP_SECONDS_TAG], '.1f')} s/step")
+        split = [f"{PHASE_SHORT[label]} {_shown(metrics[tag], '.1f')}" for label, tag in PHASES.items() if tag in metrics]
+        parts.append(f"{_shown(metrics[STEP_SECONDS_TAG], '.1f')} s/step" + (f" ({', '.join(split)})" if split else ""))
+    if THROUGHPUT in metrics:
+        parts.append(f"{_shown(metrics[THROUGHPUT], '.1f')} tokens/s/device")
     if total and recent_seconds and total.steps > step:
         parts.append(f"ETA {_duration((total.steps - step) * sum(recent_seconds) / len(recent_seconds))}")
     return "progress: " + ", ".join(parts)

@@ -36,7 +36,8 @@ from recipe.plan import Plan
 from recipe.record_file import copy_into_new_steps, record_bytes, write_record
 from recipe.run.finish import final_save
 from recipe.run.preflight import _smoke_assets_root, run_problems
-from recipe.run.progress import printing_progress
+from recipe.run.progress import event_reader, printing_progress, read_steps
+from recipe.run.report import ReportInputs, build_report, device_peak
 from recipe.run_length import total_steps
 from recipe.run.resume_guard import resume_problem
 
@@ -45,6 +46,10 @@ logger = logging.getLogger("recipe")
 
 #: PROFILE=smoke: the trainer finished, but the verdict (recipe.smoke.verdict) failed a check.
 EXIT_SMOKE_FAILED = 4
+
+
+#: The end-of-run report (recipe.run.report), beside the checkpoints.
+REPORT_FILE = "run-report.json"
 
 
 #: Tests only (see the module docstring): a command run in place of the trainer's Python.
@@ -238,8 +243,32 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
             print(f"run: the trainer's process died of signal {code - 128} (exit {code}) after the run's last save, "
                   f"{done.describe()}: the run finished; exit 0", flush=True)  # fmt: skip
             code = 0
+    _report(plan, code)
     # After the watcher's last sweep: the verdict reads its report of the final save.
     return _judge_smoke(plan, code) if settings.profile == "smoke" else code
+
+
+def _report(plan: Plan, code: int) -> None:
+    """Whatever the trainer's end: run-report.json beside the checkpoints, and its table; never a changed exit status."""
+    directory = Path(str(plan.env["TENSORBOARD_DIR"]))
+    try:
+        metrics = read_steps(event_reader(directory), directory) if directory.is_dir() else {}
+    except Exception as error:  # noqa: BLE001 - a broken event file costs the report, not the run's status
+        logger.warning("no run report: cannot read verl's metrics under %s (%s)", printable(str(directory)), error)
+        return
+    sizes = plan.model.sizes
+    inputs = ReportInputs(code, plan.layout.world_size, sizes.active_per_token if sizes else None,
+                          device_peak(plan.device.name, plan.settings.peak_tflops), plan.memory)  # fmt: skip
+    report = build_report(metrics, inputs)
+    target = Path(override_value(plan.overrides, "trainer.default_local_dir") or checkpoint_root(plan.settings)) / REPORT_FILE
+    try:
+        text = (report.to_json() + "\n").encode()
+        target.parent.mkdir(parents=True, exist_ok=True)  # a run that failed before its first save made no root
+        # A reader never sees half a file, and a planted link is replaced, not written through.
+        atomic_write(target, lambda out: out.write(text))
+    except OSError as error:
+        logger.warning("cannot write %s: %s", printable(str(target)), error.strerror or type(error).__name__)
+    print(report.to_text(printable(str(target))), flush=True)
 
 
 def _judge_smoke(plan: Plan, code: int) -> int:

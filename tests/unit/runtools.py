@@ -68,6 +68,15 @@ STAND_IN = textwrap.dedent(
             for key, value in {"critic/rewards/mean": reward, "timing_s/step": 1.0}.items():
                 writer.add_scalar(key, value, step)
         writer.close()
+    if mode == "verl_steps":
+        # The steps a real run logged (tests/unit/verl_steps.json), through verl 0.9.1's own TensorBoard adapter, into
+        # the TENSORBOARD_DIR the plan gave it.
+        from verl.utils.tracking import _TensorboardAdapter
+        adapter = _TensorboardAdapter("p", "e")
+        with open(os.environ["STAND_IN_STEPS"]) as recorded:
+            for step, values in json.load(recorded)["steps"].items():
+                adapter.log(values, step=int(step))
+        adapter.finish()
     if mode == "wait":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(43))
         signal.signal(signal.SIGINT, lambda *_: sys.exit(44))

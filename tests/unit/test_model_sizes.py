@@ -37,9 +37,32 @@ def _transformers_count(config: dict[str, Any]) -> tuple[int, int]:
     return sum(p.numel() for _, p in named), sum(p.numel() for name, p in named if ".visual." in name)
 
 
+def _transformers_active(config: dict[str, Any]) -> int:
+    """The language model's parameters one token multiplies by in the model transformers builds: every one but the
+    vision tower's and the input embedding (a lookup), the routed experts' at num_experts_per_tok of num_experts, and
+    the output layer (the embedding again when tied)."""
+    text = config.get("text_config", config)
+    with torch.device("meta"):
+        if "text_config" in config:
+            model = modeling.Qwen3_5MoeForConditionalGeneration(configuration.Qwen3_5MoeConfig(**config))
+        else:
+            model = modeling.Qwen3_5MoeForCausalLM(configuration.Qwen3_5MoeTextConfig(**config))
+    active, share = 0.0, text["num_experts_per_tok"] / text["num_experts"]
+    for name, parameter in model.named_parameters():  # a tied lm_head is the embedding's object, listed once
+        if ".visual." in name:
+            continue
+        if name.endswith("embed_tokens.weight"):
+            active += parameter.numel() if model.get_output_embeddings().weight is parameter else 0
+        else:
+            active += parameter.numel() * (share if ".mlp.experts." in name else 1)
+    return round(active)
+
+
 def test_the_built_in_profile_has_qwen3_5_35b_a3b_s_35_1_billion_parameters() -> None:
     sizes = sizes_from_config(QWEN3_5_35B_A3B_CONFIG)
     assert (sizes.total, sizes.vision) == _transformers_count(QWEN3_5_35B_A3B_CONFIG)
+    # "A3B": the weights one token's forward multiplies by (the run report's MFU counts 2 FLOPs each).
+    assert sizes.active_per_token == _transformers_active(QWEN3_5_35B_A3B_CONFIG) == 2_946_429_568
     assert sizes.total == 35_107_181_936
     assert (sizes.hidden_size, sizes.vocab_size, sizes.num_layers, sizes.moe_ffn_hidden_size, sizes.num_kv_heads) == (
         2048, 248320, 40, 512, 2
@@ -57,6 +80,7 @@ def test_the_smoke_model_s_counts() -> None:
     config = json.loads((shipped_model_dir() / "config.json").read_text())
     sizes = sizes_from_config(config)
     assert (sizes.total, sizes.vision) == _transformers_count(config)
+    assert sizes.active_per_token == _transformers_active(config)
     assert load_architecture(shipped_model_dir()).sizes == sizes
 
 

@@ -77,6 +77,8 @@ def test_a_name_that_leaves_checkpoint_dir_is_one_exact_line(clean_env: pytest.M
         ("EXPORT_STRICT", "strict", "must be true or false"),
         ("TEST_FREQ", "-2", "must be a positive number of steps, or -1 to disable"),
         ("DEVICE_MEMORY_GIB", "inf", "must be a finite number"),
+        ("PEAK_TFLOPS", "0", "must be a positive number"),
+        ("PEAK_TFLOPS", "1e6", "must be at most 100000"),
     ],
 )
 def test_each_rule_is_one_line_naming_the_variable_its_value_and_the_rule(

@@ -51,6 +51,8 @@ CHANGES: dict[str, tuple[object, dict[str, object]]] = {
     # Without offload the trainer's weights stay while vLLM is awake: an H200's 141 GiB holds both (recipe.memory_fit).
     "OFFLOAD": (False, {"DEVICE_MEMORY_GIB": 141}),
     "DEVICE_MEMORY_GIB": (141, {}),
+    # Read by `run`'s report only: no key moves.
+    "PEAK_TFLOPS": (312, {}),
     "EXPORT_STRICT": (True, {}),
     "SEED": (7, {}),
     "EXPANDABLE_SEGMENTS": (False, {}),

@@ -1,0 +1,202 @@
+"""The end-of-run report (recipe.run.report) from steps verl really logged, through verl's own TensorBoard adapter,
+and `run` writing it whatever the trainer's end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from recipe.memory_fit import GIB
+from recipe.plan import build_plan
+from recipe.run import verl_metrics as names
+from recipe.run.progress import event_reader, progress_line, read_steps
+from recipe.run.report import (
+    GPU_PEAK_TFLOPS,
+    ReportInputs,
+    build_report,
+    device_peak,
+    flops_per_token,
+)
+from recipe.run_length import StepTotal
+
+from .envtools import settings_of
+from .runtools import cli, layout_of_one, run_environment
+
+tracking = pytest.importorskip("verl.utils.tracking", reason="verl's TensorBoard logger (pip install '.[trainer]')")
+
+RECORDED = Path(__file__).with_name("verl_steps.json")
+
+
+def _recorded() -> dict[int, dict[str, float]]:
+    """Steps 1 and 2 of the CPU e2e's reference run, as verl logged them."""
+    return {int(step): values for step, values in json.loads(RECORDED.read_text())["steps"].items()}
+
+
+def _logged_and_read_back(steps: dict[int, dict[str, float]], directory: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`steps` through verl 0.9.1's TensorBoard adapter, read back as `run` reads them."""
+    monkeypatch.setenv("TENSORBOARD_DIR", str(directory))
+    adapter = tracking._TensorboardAdapter("project", "experiment")
+    for step, values in steps.items():
+        adapter.log(values, step=step)
+    adapter.finish()
+    return read_steps(event_reader(directory), directory)
+
+
+def _inputs(code: int = 0, devices: int = 1, active: int | None = 10**9, memory: Any = None) -> ReportInputs:
+    return ReportInputs(code, devices, active, device_peak("gpu", None), memory)
+
+
+def test_the_recorded_run_gives_its_phases_tokens_and_peaks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics = _logged_and_read_back(_recorded(), tmp_path, monkeypatch)
+    report = build_report(metrics, _inputs()).to_dict()
+    assert report["outcome"] == "finished" and report["steps_reported"] == 2
+    step_2 = report["per_step"][1]
+    # The phases verl timed in step 2 and what no timer covers add up to the step; the timers cover all but 5 %.
+    assert step_2["phases"]["generation"] == pytest.approx(14.029586, rel=1e-6)  # float32 in the event file
+    assert sum(step_2["phases"].values()) + step_2["untimed_s"] == pytest.approx(step_2["seconds"], rel=1e-12)
+    assert abs(step_2["untimed_s"]) < 0.05 * step_2["seconds"]
+    # The report's own count: verl's tokens over the step's time and the devices, which is verl's throughput here.
+    for row in report["per_step"]:
+        assert row["tokens_per_s_per_device"] == pytest.approx(row["verl_throughput"], rel=1e-6)
+    assert report["tokens_per_s_per_device"] == pytest.approx((24.969255 + 29.371370) / 2, rel=1e-6)
+    assert report["phases_median_s"]["actor update"]["steps"] == 2
+    assert report["validation_s_median"] == pytest.approx(8.061285, rel=1e-6)
+    actor, host = report["memory"]  # no estimate given: the phases verl measures
+    assert actor["measured_gib"] == pytest.approx(1.1753807, rel=1e-6)  # the larger of the two steps'
+    assert host["measured_gib"] == pytest.approx(9.386047, rel=1e-6)
+    assert report["notes"] == []  # verl 0.9.1 logs every timer but the reward's, which is left out of the note
+
+
+def test_the_same_devices_halve_the_rate_per_device() -> None:
+    one, two = (build_report(_recorded(), _inputs(devices=n)).tokens_per_s_per_device() for n in (1, 2))
+    assert one is not None and two == pytest.approx(one / 2)
+
+
+def test_mfu_is_the_stated_formula() -> None:
+    """2 x active weights for each pass verl timed (rollout, old and ref log-probs: 1 each; update: 3) x tokens per
+    device-second, over the peak."""
+    report = build_report(_recorded(), _inputs(active=2 * 10**9))
+    assert flops_per_token(10, ["generation", "log-probs (old)", "log-probs (ref)", "actor update", "save"]) == 2 * 10 * 6
+    assert flops_per_token(10, ["generation", "actor update"]) == 2 * 10 * 4
+    rates = [2120 / 72.17913125699852, 1999 / 80.05845593900085]
+    expected = sorted(rate * 2 * 2e9 * 6 / 1e12 for rate in rates)
+    assert report.model_tflops_per_device() == pytest.approx(sum(expected) / 2, rel=1e-6)
+    assert report.mfu() == pytest.approx(sum(expected) / 2 / GPU_PEAK_TFLOPS, rel=1e-6)
+
+
+def test_the_peak_is_the_setting_else_an_h100_on_gpu_and_none_on_npu() -> None:
+    assert device_peak("gpu", 312.0).tflops == 312.0 and device_peak("gpu", None).tflops == GPU_PEAK_TFLOPS
+    npu = build_report(_recorded(), ReportInputs(0, 1, 10**9, device_peak("npu", None), None))
+    assert npu.mfu() is None and npu.model_tflops_per_device() is not None
+    assert "set PEAK_TFLOPS" in npu.to_text("here")
+
+
+@pytest.mark.parametrize(("code", "outcome"), [(0, "finished"), (1, "failed (exit 1)"), (139, "failed (exit 139)"),
+                                               (130, "stopped (SIGINT)"), (143, "stopped (SIGTERM)")])  # fmt: skip
+def test_the_outcome_follows_the_trainers_exit(code: int, outcome: str) -> None:
+    assert build_report({1: _recorded()[1]}, _inputs(code)).to_dict()["outcome"] == outcome
+
+
+def test_a_run_that_logged_no_step_gets_a_report_that_says_so() -> None:
+    report = build_report({}, _inputs(1))
+    assert report.to_dict()["steps_reported"] == 0 and report.tokens_per_s_per_device() is None
+    assert report.to_text("here").splitlines() == [
+        "run report (here): failed (exit 1), 0 step(s) on 1 device(s)",
+        "  no step was logged: the trainer ended before its first step's metrics",
+    ]
+
+
+def test_missing_metrics_are_named_not_guessed() -> None:
+    report = build_report({1: {names.STEP_SECONDS: 10.0}, 2: {names.STEP_SECONDS: 12.0}}, _inputs())
+    document = report.to_dict()
+    assert document["step_s_median"] == 11.0 and document["tokens_per_s_per_device"] is None
+    assert document["phases_median_s"] == {} and document["mfu"]["value"] is None
+    assert "not logged by this verl: actor update, advantages, generation" in document["notes"][0]
+    assert "tokens/s/device" in report.to_text("here") and "n/a" in report.to_text("here")
+
+
+def test_one_step_only() -> None:
+    report = build_report({2: _recorded()[2]}, _inputs())
+    assert report.to_dict()["step_s_median"] == pytest.approx(72.17913125699852)
+    assert "1 step(s) on 1 device(s)" in report.to_text("here")
+
+
+def _plan_memory() -> Any:
+    memory = build_plan(settings_of(DEVICE="gpu"), environ={}).memory
+    assert memory is not None
+    return memory
+
+
+def test_a_peak_over_the_estimate_by_more_than_a_tenth_names_the_term_that_likely_grew() -> None:
+    memory = _plan_memory()
+    actor = next(phase for phase in memory.phases if phase.name == "actor phase (training)")
+    estimate = actor.total / GIB
+    largest_growing = max((t for t in actor.terms if not t.fixed), key=lambda t: t.bytes).name
+
+    def row(measured: float) -> dict[str, Any]:
+        steps = {1: {names.STEP_SECONDS: 10.0, names.ACTOR_PEAK_GIB: measured}}
+        return build_report(steps, _inputs(memory=memory)).to_dict()["memory"][0]
+
+    assert row(estimate * 1.09)["over_estimate"] is False and row(estimate * 1.09)["likely_term"] is None
+    assert row(estimate * 1.2)["likely_term"] == largest_growing and row(estimate * 1.2)["over_estimate"] is True
+    pool = next(t for p in memory.phases for t in p.terms if t.name.startswith("vLLM pool"))
+    assert row(estimate + pool.bytes / GIB)["likely_term"].startswith(pool.name)
+    text = build_report({1: {names.STEP_SECONDS: 10.0, names.ACTOR_PEAK_GIB: estimate * 1.2}}, _inputs(memory=memory))
+    assert f"most likely {largest_growing} grew" in text.to_text("here")
+    rows = {row["phase"]: row for row in build_report({}, _inputs(memory=memory)).to_dict()["memory"]}
+    assert list(rows) == [phase.name for phase in memory.phases]
+    assert rows["rollout phase (vLLM awake)"]["what"] == "not measured by verl"
+    assert rows["host RAM per node (8 devices)"]["metric"] == names.HOST_USED_GIB
+
+
+_values = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**6), 10**6).map(float))
+
+
+@given(st.dictionaries(st.integers(0, 10**6), st.dictionaries(st.sampled_from(sorted(names.READ_BACK)), _values), max_size=6),
+       st.integers(0, 255), st.integers(1, 4096))  # fmt: skip
+def test_any_metrics_give_a_report_never_a_traceback(steps: dict[int, dict[str, float | None]], code: int, devices: int) -> None:
+    """Missing, negative, infinite or NaN values (verl logs what it measured): a report, valid JSON, a table."""
+    report = build_report(steps, _inputs(code, devices))
+    document = json.loads(report.to_json())
+    for number in (document["step_s_median"], document["tokens_per_s_per_device"], document["mfu"]["value"]):
+        assert number is None or (math.isfinite(number) and number >= 0)
+    assert report.to_text("here").startswith("run report (here): ")
+
+
+def test_the_progress_line_splits_the_step_and_gives_the_rate() -> None:
+    line = progress_line(2, _recorded()[2], StepTotal(5, False), [72.0])
+    assert line == ("progress: step 2 of 5, reward 0.033, 72.2 s/step (gen 14.0, old 7.3, ref 6.8, adv 0.0, "
+                    "update 43.0, save 0.7, sync 0.2), 29.4 tokens/s/device, ETA 3m36s")  # fmt: skip
+
+
+def _run_with_recorded_steps(tmp_path: Path, model: Path, code: str) -> tuple[Any, Path]:
+    env = run_environment(tmp_path, model, **layout_of_one()) | {
+        "STAND_IN_MODE": "verl_steps", "STAND_IN_STEPS": str(RECORDED), "STAND_IN_EXIT": code}
+    done = cli(["run", "--", "trainer.total_training_steps=2"], env)
+    return done, tmp_path / "checkpoints" / "p" / "e" / "run-report.json"
+
+
+@pytest.mark.parametrize("code", ["0", "1"])
+def test_run_writes_the_report_and_prints_its_table_whatever_the_end(tmp_path: Path, model: Path, code: str) -> None:
+    done, report = _run_with_recorded_steps(tmp_path, model, code)
+    assert done.returncode == int(code), done.stderr
+    document = json.loads(report.read_text())
+    assert document["outcome"] == ("finished" if code == "0" else "failed (exit 1)")
+    assert [row["step"] for row in document["per_step"]] == [1, 2]
+    assert document["memory"][0]["estimate_gib"] is not None  # the plan's estimate of the smoke model
+    table = done.stdout[done.stdout.index("run report ("):]
+    assert f"{document['outcome']}, 2 step(s) on 1 device(s)" in table and "tokens/s/device" in table
+
+
+def test_a_run_with_no_metrics_still_reports_and_keeps_its_exit(tmp_path: Path, model: Path) -> None:
+    env = run_environment(tmp_path, model, **layout_of_one()) | {"STAND_IN_EXIT": "7"}
+    done = cli(["run"], env)
+    assert done.returncode == 7
+    assert "no step was logged" in done.stdout
+    assert json.loads((tmp_path / "checkpoints" / "p" / "e" / "run-report.json").read_text())["outcome"] == "failed (exit 7)"

@@ -33,6 +33,7 @@ from recipe.layout import ParallelLayout, resolve_layout
 from recipe.memory_fit import MemoryEstimate, device_memory, estimate
 from recipe.memory_workload import EstimateSkipped, length_problems, workload_from_overrides
 from recipe.models import ModelSource, load_architecture
+from recipe.profiles import profile_overrides
 from recipe.run_length import resume_point, total_steps
 from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
@@ -70,7 +71,7 @@ class Plan:
     #: Will it fit (recipe.memory_fit); None with `memory_skipped` saying why when it cannot be estimated.
     memory: MemoryEstimate | None = None
     memory_skipped: str | None = None
-    #: What the training data are, where the recipe makes them (the smoke profile's); None for the user's files.
+    #: What the training data are, where the recipe makes them (the smoke or bench profile's); None for the user's files.
     data: str | None = None
     #: Where the trainer starts: a saved step or fresh, and the drift guard's verdict on it (recipe.run_length).
     resume: dict[str, Any] = field(default_factory=dict)
@@ -188,13 +189,10 @@ def build_plan(
     if problems or model is None or layout is None or allocator is None or env is None:
         raise RecipeConfigError(problems)
     recipe_overrides = build_overrides(settings, device.name, layout, env)
-    if settings.profile == "smoke":
-        # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke
-        from recipe.smoke import smoke_overrides
-
+    if settings.profile != "full":
         # The profile's own overrides are the recipe's: each replaces the recipe's value for its key
         # (or is added), and is never judged like one given after `--`.
-        profile = {o.key: o for o in map(_profile_override, smoke_overrides())}
+        profile = {o.key: o for o in map(_profile_override, profile_overrides(settings.profile))}
         recipe_overrides = [profile.pop(o.key, o) for o in recipe_overrides] + list(profile.values())
     accepted, problems = check_user_overrides(recipe_overrides, user_overrides(settings.override_list, extra_overrides))
     overrides = merge_user_overrides(recipe_overrides, accepted)
@@ -237,7 +235,7 @@ def build_plan(
         {"name": chip, "reason": chip_reason} if device.name == "npu" else None,
         memory,
         memory_skipped,
-        _data_note(settings),
+        _data_note(settings, overrides),
         resume,
     )
 
@@ -270,8 +268,18 @@ def _resume(settings: Settings, overrides: Sequence[str], drift_accepted: Sequen
     return document
 
 
-def _data_note(settings: Settings) -> str | None:
-    """The smoke profile's data, when the run uses them (recipe.smoke.profile.smoke_data_note)."""
+def _data_note(settings: Settings, overrides: Sequence[str]) -> str | None:
+    """The smoke or bench profile's data, when the run uses them (recipe.smoke.profile, recipe.bench.profile)."""
+    if settings.profile == "bench":
+        # lazy: the bench profile's modules, only with PROFILE=bench
+        from recipe.bench import bench_data_dir, bench_data_note, row_counts
+
+        if not Path(override_value(overrides, "data.train_files") or settings.resolved_train_files).is_relative_to(
+            bench_data_dir(settings.checkpoint_dir)
+        ):
+            return None
+        steps = int(override_value(overrides, "trainer.total_training_steps") or 0)
+        return bench_data_note(*row_counts(settings.train_batch_size, steps))
     if settings.profile != "smoke":
         return None
     # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke

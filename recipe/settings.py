@@ -28,9 +28,10 @@ from recipe.chip import Chip
 from recipe.cluster.rules import gcs_address_problem, host_problem
 from recipe.errors import RecipeConfigError
 from recipe.hydra_text import literal_problem
+from recipe.profiles import profile_defaults
 
 DeviceChoice = Literal["auto", "gpu", "npu"]
-ProfileChoice = Literal["full", "smoke"]
+ProfileChoice = Literal["full", "smoke", "bench"]
 
 #: Shown instead of a secret's value everywhere (plan, logs, errors).
 REDACTED = "**********"
@@ -66,7 +67,9 @@ class Settings(BaseSettings):
         "full",
         description=(
             "full: train MODEL_PATH on TRAIN_FILES. smoke: 3 GRPO steps of a tiny random Qwen3.5-MoE on one "
-            "device, built offline under CHECKPOINT_DIR/smoke-assets; run it first on a new machine (docs/smoke.md)."
+            "device, built offline under CHECKPOINT_DIR/smoke-assets; run it first on a new machine (docs/smoke.md). "
+            "bench: a few steps of MODEL_PATH on the real layout with synthetic prompts of fixed lengths, ending with "
+            "the run report: tokens/s/device and memory against the estimate (docs/performance.md)."
         ),
     )
 
@@ -195,20 +198,10 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _profile_defaults(cls, data: Any) -> Any:
-        """PROFILE=smoke: the profile's value for every setting the environment left unset."""
-        if not isinstance(data, dict) or str(data.get("profile", "")).lower() != "smoke":
+        """PROFILE=smoke or bench: the profile's value for every setting the environment left unset."""
+        if not isinstance(data, dict):
             return data
-        # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke
-        from recipe.smoke import SMOKE_SETTINGS, SmokeAssets, assets_root
-
-        data = dict(data)
-        for name, value in SMOKE_SETTINGS.items():
-            data.setdefault(name.lower(), value)
-        assets = SmokeAssets.under(assets_root(Path(data.get("checkpoint_dir") or cls.model_fields["checkpoint_dir"].default)))
-        data.setdefault("model_path", assets.model_path)
-        data.setdefault("train_files", assets.train_file)
-        data.setdefault("val_files", assets.val_file)
-        return data
+        return profile_defaults(data, cls.model_fields["checkpoint_dir"].default)
 
     @field_validator("project_name", "experiment_name")
     @classmethod

@@ -54,6 +54,14 @@ def _smoke_assets_root(settings: Settings) -> Path | None:
     return assets_root(settings.checkpoint_dir)
 
 
+def _bench_data_dir(settings: Settings) -> Path | None:
+    if settings.profile != "bench":
+        return None
+    from recipe.bench import bench_data_dir  # lazy: the bench profile's modules, only with PROFILE=bench
+
+    return bench_data_dir(settings.checkpoint_dir)
+
+
 def run_problems(plan: Plan) -> list[str]:
     """What makes this machine unfit for `run` although the plan itself is sound."""
     settings, device = plan.settings, plan.device
@@ -65,12 +73,13 @@ def run_problems(plan: Plan) -> list[str]:
             f"NDEVICES_PER_NODE={plan.layout.ndevices_per_node}: only {device.visible_devices} "
             f"{device.name} device(s) visible on this node"
         )
-    # PROFILE=smoke builds its own model and data (under CHECKPOINT_DIR/smoke-assets) once
-    # every check has passed: those paths cannot exist yet; paths pointed elsewhere are checked.
-    built = _smoke_assets_root(settings)
+    # PROFILE=smoke builds its own model and data (under CHECKPOINT_DIR/smoke-assets), PROFILE=bench its data (under
+    # CHECKPOINT_DIR/bench-data), once every check has passed: those paths cannot exist yet; paths pointed elsewhere
+    # are checked.
+    built = [root for root in (_smoke_assets_root(settings), _bench_data_dir(settings)) if root is not None]
 
     def made_by_run(path: Path) -> bool:
-        return built is not None and path.is_relative_to(built)
+        return any(path.is_relative_to(root) for root in built)
 
     if not made_by_run(settings.model_path) and not (settings.model_path / "config.json").is_file():
         problems.append(f"MODEL_PATH={str(settings.model_path)!r}: no config.json there (download the model first)")

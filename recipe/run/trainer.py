@@ -35,7 +35,7 @@ from recipe.launch import (
 from recipe.plan import Plan
 from recipe.record_file import copy_into_new_steps, record_bytes, write_record
 from recipe.run.finish import final_save
-from recipe.run.preflight import _smoke_assets_root, run_problems
+from recipe.run.preflight import _bench_data_dir, _smoke_assets_root, run_problems
 from recipe.run.progress import event_reader, printing_progress, read_steps
 from recipe.run.report import ReportInputs, build_report, device_peak
 from recipe.run_length import total_steps
@@ -93,6 +93,19 @@ def _prepare_smoke(root: Path) -> None:
 
     print(f"Preparing the smoke model and data in {root}", flush=True)
     prepare_smoke_assets(root)
+
+
+def _prepare_bench(plan: Plan, directory: Path) -> None:
+    """PROFILE=bench: write the synthetic prompts for the plan's steps and batch (recipe.bench), when the plan reads them."""
+    # lazy: the bench data import Pillow and datasets, only with PROFILE=bench
+    from recipe.bench import row_counts, write_bench_data
+
+    if not _training_file(plan).is_relative_to(directory):
+        return  # data.train_files points elsewhere: the user's own prompts
+    steps = int(override_value(plan.overrides, "trainer.total_training_steps") or 0)
+    train_rows, test_rows = row_counts(plan.settings.train_batch_size, steps)
+    print(f"Writing the bench's {train_rows} synthetic prompts in {directory}", flush=True)
+    write_bench_data(directory, train_rows, test_rows)
 
 
 @contextmanager
@@ -194,8 +207,8 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
     role = rules.plan_ray_role(
         settings.nnodes, settings.node_rank, settings.master_addr, settings.ray_port, settings.ray_address
     )
-    # The smoke profile never resumes (resume_mode=disable), so an old smoke export cannot block it.
-    if not problems and role.runs_trainer and settings.profile != "smoke":
+    # The smoke and bench profiles never resume (resume_mode=disable), so an old export cannot block them.
+    if not problems and role.runs_trainer and settings.profile == "full":
         # Only once the machine is fit: the check imports torch and transformers.
         problem = resume_problem(plan)
         if problem:
@@ -211,6 +224,9 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
     smoke_root = _smoke_assets_root(settings)
     if smoke_root is not None:
         _prepare_smoke(smoke_root)
+    bench_dir = _bench_data_dir(settings)
+    if bench_dir is not None and role.runs_trainer:
+        _prepare_bench(plan, bench_dir)
     if role.runs_trainer:
         _warn_about_prompt_budget(plan)
     # The raylet of every node inherits this environment, so Ray workers see it too: each node's

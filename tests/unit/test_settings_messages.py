@@ -73,7 +73,7 @@ def test_a_name_that_leaves_checkpoint_dir_is_one_exact_line(clean_env: pytest.M
         ("NNODES", "1.5", "must be a whole number"),
         ("RAY_WAIT_TIMEOUT", "0", "must be a positive whole number"),
         ("RAY_AUTH_MODE", "password", "must be one of 'token' or 'disabled'"),
-        ("PROFILE", "tiny", "must be one of 'full' or 'smoke'"),
+        ("PROFILE", "tiny", "must be one of 'full', 'smoke' or 'bench'"),
         ("EXPORT_STRICT", "strict", "must be true or false"),
         ("TEST_FREQ", "-2", "must be a positive number of steps, or -1 to disable"),
         ("DEVICE_MEMORY_GIB", "inf", "must be a finite number"),

@@ -72,6 +72,7 @@ VARIANTS: dict[str, dict[str, str]] = {
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:128",
     },
     "gpu expandable segments off": {"DEVICE": "gpu", "EXPANDABLE_SEGMENTS": "false"},
+    "npu bench": {"DEVICE": "npu", "PROFILE": "bench"},
 }
 
 

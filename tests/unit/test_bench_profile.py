@@ -1,0 +1,87 @@
+"""PROFILE=bench: the real model and layout, a few steps of synthetic prompts with fixed lengths, and the run report."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from recipe.bench import BENCH_STEPS, row_counts, write_bench_data
+from recipe.bench.data import IMAGE_SIZE, QUESTION
+from recipe.launch import override_value
+from recipe.plan import build_plan
+
+from .envtools import settings_of
+from .runtools import cli, layout_of_one, recorded, run_environment
+
+
+def _plan(**values: object):  # type: ignore[no-untyped-def]
+    return build_plan(settings_of(DEVICE="gpu", **values), environ={})
+
+
+def test_the_bench_plan_is_the_full_plan_on_synthetic_prompts_of_fixed_lengths() -> None:
+    bench, full = _plan(PROFILE="bench"), _plan()
+    assert bench.layout == full.layout and bench.settings.model_path == full.settings.model_path
+    values = {key: override_value(bench.overrides, key) for key in (
+        "trainer.total_training_steps", "trainer.resume_mode", "actor_rollout_ref.rollout.ignore_eos", "trainer.save_freq",
+        "trainer.test_freq", "trainer.val_before_train", "trainer.experiment_name", "data.train_files")}  # fmt: skip
+    assert values == {
+        "trainer.total_training_steps": str(BENCH_STEPS), "trainer.resume_mode": "disable",
+        "actor_rollout_ref.rollout.ignore_eos": "True", "trainer.save_freq": "-1", "trainer.test_freq": "-1",
+        "trainer.val_before_train": "False", "trainer.experiment_name": "qwen3_5_35b_megatron_bench",
+        "data.train_files": "/checkpoints/bench-data/train.parquet",
+    }  # fmt: skip
+    # Everything else is the full plan's: the bench measures the run it stands for. Its own experiment name moves
+    # the checkpoint root and TensorBoard's directory, away from the real run's.
+    changed = {o.split("=", 1)[0] for o in set(bench.overrides) ^ set(full.overrides)}
+    assert changed == {"trainer.total_training_steps", "trainer.resume_mode", "actor_rollout_ref.rollout.ignore_eos",
+                       "trainer.save_freq", "trainer.test_freq", "trainer.experiment_name", "trainer.total_epochs",
+                       "data.train_files", "data.val_files", "trainer.default_local_dir",
+                       "+ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR"}  # fmt: skip
+    assert bench.data is not None and f"{32 * BENCH_STEPS} synthetic train rows" in bench.data
+    assert "resume" in bench.to_text() and "starts fresh" in bench.to_text()
+
+
+def test_the_users_settings_and_overrides_win() -> None:
+    plan = build_plan(settings_of(DEVICE="gpu", PROFILE="bench", SAVE_FREQ=2, TRAIN_BATCH_SIZE=8), environ={},
+                      extra_overrides=["trainer.total_training_steps=2"])  # fmt: skip
+    assert override_value(plan.overrides, "trainer.save_freq") == "2"
+    assert plan.data is not None and plan.data.startswith("16 synthetic train rows")
+    elsewhere = _plan(PROFILE="bench", TRAIN_FILES="/data/mine/train.parquet")
+    assert elsewhere.data is None
+
+
+def test_the_prompts_are_geo3k_rows_each_with_its_own_image(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets", reason="the bench data are written with datasets (the trainer extra)")
+    from PIL import Image
+
+    train, test = write_bench_data(tmp_path, *row_counts(3, 2))
+    rows = datasets.Dataset.from_parquet(str(train)).to_list()
+    assert len(rows) == 6 and len(datasets.Dataset.from_parquet(str(test))) == 3
+    pictures = [row["images"][0]["bytes"] for row in rows]
+    assert len(set(pictures)) == 6
+    assert {Image.open(io.BytesIO(p)).size for p in pictures} == {(IMAGE_SIZE, IMAGE_SIZE)}
+    assert all(row["data_source"] == "hiyouga/geometry3k" and QUESTION in row["prompt"][0]["content"] for row in rows)
+    assert [row["reward_model"]["ground_truth"] for row in rows] == [str(i) for i in range(6)]
+    again = write_bench_data(tmp_path / "again", *row_counts(3, 2))[0]
+    assert hashlib.sha256(again.read_bytes()).digest() == hashlib.sha256(train.read_bytes()).digest()
+
+
+def test_run_writes_the_prompts_trains_on_them_and_reports(tmp_path: Path, model: Path) -> None:
+    env = run_environment(tmp_path, model, **layout_of_one(PROFILE="bench", TRAIN_BATCH_SIZE="2"))
+    for name in ("TRAIN_FILES", "VAL_FILES", "EXPERIMENT_NAME"):
+        env.pop(name)  # the profile's own
+    done = cli(["run"], env)
+    assert done.returncode == 0, done.stderr
+    data = tmp_path / "checkpoints" / "bench-data"
+    argv = (recorded(tmp_path) or {})["argv"]
+    assert f"data.train_files='{data / 'train.parquet'}'" in argv and "actor_rollout_ref.rollout.ignore_eos=True" in argv
+    import datasets
+
+    assert len(datasets.Dataset.from_parquet(str(data / "train.parquet"))) == 2 * BENCH_STEPS
+    report = tmp_path / "checkpoints" / "p" / "qwen3_5_35b_megatron_bench" / "run-report.json"
+    assert json.loads(report.read_text())["outcome"] == "finished"
+    assert "run report (" in done.stdout

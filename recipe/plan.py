@@ -279,7 +279,7 @@ def _data_note(settings: Settings, overrides: Sequence[str]) -> str | None:
         ):
             return None
         steps = int(override_value(overrides, "trainer.total_training_steps") or 0)
-        return bench_data_note(*row_counts(settings.train_batch_size, steps))
+        return bench_data_note(steps, *row_counts(settings.train_batch_size, steps))
     if settings.profile != "smoke":
         return None
     # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke

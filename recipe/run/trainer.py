@@ -37,7 +37,7 @@ from recipe.record_file import copy_into_new_steps, record_bytes, write_record
 from recipe.run.finish import final_save
 from recipe.run.preflight import _bench_data_dir, _smoke_assets_root, run_problems
 from recipe.run.progress import event_reader, printing_progress, read_steps
-from recipe.run.report import ReportInputs, build_report, device_peak
+from recipe.run.report import ReportInputs, RunReport, build_report, device_peak
 from recipe.run_length import total_steps
 from recipe.run.resume_guard import resume_problem
 
@@ -95,13 +95,14 @@ def _prepare_smoke(root: Path) -> None:
     prepare_smoke_assets(root)
 
 
-def _prepare_bench(plan: Plan, directory: Path) -> None:
+def prepare_bench(plan: Plan) -> None:
     """PROFILE=bench: write the synthetic prompts for the plan's steps and batch (recipe.bench), when the plan reads them."""
+    directory = _bench_data_dir(plan.settings)
+    if directory is None or not _training_file(plan).is_relative_to(directory):
+        return  # another profile, or data.train_files points elsewhere: the user's own prompts
     # lazy: the bench data import Pillow and datasets, only with PROFILE=bench
     from recipe.bench import row_counts, write_bench_data
 
-    if not _training_file(plan).is_relative_to(directory):
-        return  # data.train_files points elsewhere: the user's own prompts
     steps = int(override_value(plan.overrides, "trainer.total_training_steps") or 0)
     train_rows, test_rows = row_counts(plan.settings.train_batch_size, steps)
     print(f"Writing the bench's {train_rows} synthetic prompts in {directory}", flush=True)
@@ -224,9 +225,8 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
     smoke_root = _smoke_assets_root(settings)
     if smoke_root is not None:
         _prepare_smoke(smoke_root)
-    bench_dir = _bench_data_dir(settings)
-    if bench_dir is not None and role.runs_trainer:
-        _prepare_bench(plan, bench_dir)
+    if role.runs_trainer:
+        prepare_bench(plan)
     if role.runs_trainer:
         _warn_about_prompt_budget(plan)
     # The raylet of every node inherits this environment, so Ray workers see it too: each node's
@@ -259,19 +259,22 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
             print(f"run: the trainer's process died of signal {code - 128} (exit {code}) after the run's last save, "
                   f"{done.describe()}: the run finished; exit 0", flush=True)  # fmt: skip
             code = 0
-    _report(plan, code)
+    write_run_report(plan, code)
     # After the watcher's last sweep: the verdict reads its report of the final save.
     return _judge_smoke(plan, code) if settings.profile == "smoke" else code
 
 
-def _report(plan: Plan, code: int) -> None:
-    """Whatever the trainer's end: run-report.json beside the checkpoints, and its table; never a changed exit status."""
+def write_run_report(plan: Plan, code: int) -> RunReport | None:
+    """Whatever the trainer's end: run-report.json beside the checkpoints, and its table; never a changed exit status.
+
+    The report, or None when verl's event files cannot be read (a warning says why).
+    """
     directory = Path(str(plan.env["TENSORBOARD_DIR"]))
     try:
         metrics = read_steps(event_reader(directory), directory) if directory.is_dir() else {}
     except Exception as error:  # noqa: BLE001 - a broken event file costs the report, not the run's status
         logger.warning("no run report: cannot read verl's metrics under %s (%s)", printable(str(directory)), error)
-        return
+        return None
     sizes = plan.model.sizes
     inputs = ReportInputs(code, plan.layout.world_size, sizes.active_per_token if sizes else None,
                           device_peak(plan.device.name, plan.settings.peak_tflops), plan.memory)  # fmt: skip
@@ -285,6 +288,7 @@ def _report(plan: Plan, code: int) -> None:
     except OSError as error:
         logger.warning("cannot write %s: %s", printable(str(target)), error.strerror or type(error).__name__)
     print(report.to_text(printable(str(target))), flush=True)
+    return report
 
 
 def _judge_smoke(plan: Plan, code: int) -> int:

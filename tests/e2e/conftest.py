@@ -33,7 +33,7 @@ import pytest
 
 from recipe.launch import override_value
 from tests.e2e.harness.assets import Assets, build_assets
-from tests.e2e.harness.plan import ROOT, STEPS, recipe_plan, recipe_settings, trainer_command
+from tests.e2e.harness.plan import ROOT, STEPS, plan_object, recipe_plan, recipe_settings, trainer_command
 from tests.e2e.harness.trainer import TrainerRun, run_trainer
 from tests.e2e.harness.versions import version_problems
 from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
@@ -217,6 +217,9 @@ class ReferenceRun:
     root: Path
     run: TrainerRun
     verdict: Any  # recipe.smoke.verdict.Verdict
+    #: The run report `run` writes at the trainer's end (recipe.run.report.RunReport), and where.
+    report: Any = None
+    report_file: Path | None = None
 
     def step_dir(self, step: int) -> Path:
         return self.root / f"global_step_{step}"
@@ -232,7 +235,8 @@ class ReferenceRun:
 @pytest.fixture(scope="session")
 def e2e_reference(e2e: E2ERun) -> ReferenceRun:
     """The e2e's plan in a directory of its own, run to its end without a kill (after the killed and resumed run),
-    with the export watcher beside it and the smoke verdict after it, as `entrypoint.py run` does."""
+    with the export watcher beside it, and the run report and the smoke verdict after it, as `entrypoint.py run` does."""
+    from recipe.run.trainer import REPORT_FILE, write_run_report
     from recipe.smoke.verdict import count_training_prompts, smoke_verdict
 
     started = time.monotonic()
@@ -250,11 +254,16 @@ def e2e_reference(e2e: E2ERun) -> ReferenceRun:
     PHASES.peak_memory_bytes = max(PHASES.peak_memory_bytes, run.peak_memory_bytes)
     if run.returncode != 0:
         pytest.fail(f"the uninterrupted reference run exited {run.returncode}:\n{run.tail()}", pytrace=False)
+    started = time.monotonic()
+    in_process = plan_object(recipe_settings(checkpoint_dir))
+    assert in_process.overrides == plan["overrides"], "the in-process plan is not the CLI's"
+    report = write_run_report(in_process, run.returncode)
+    PHASES.timed("run report of the reference run", started)
     reference = ReferenceRun(assets, plan, root, run, None)
     prompts = count_training_prompts(assets.train_file, assets.model)
     verdict = smoke_verdict(reference.metrics_file, STEPS, root, assets.model, prompts)
     VERDICTS.append(verdict.to_text())
-    return ReferenceRun(assets, plan, root, run, verdict)
+    return ReferenceRun(assets, plan, root, run, verdict, report, root / REPORT_FILE)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -49,7 +49,7 @@ def test_the_users_settings_and_overrides_win() -> None:
     plan = build_plan(settings_of(DEVICE="gpu", PROFILE="bench", SAVE_FREQ=2, TRAIN_BATCH_SIZE=8), environ={},
                       extra_overrides=["trainer.total_training_steps=2"])  # fmt: skip
     assert override_value(plan.overrides, "trainer.save_freq") == "2"
-    assert plan.data is not None and plan.data.startswith("16 synthetic train rows")
+    assert plan.data is not None and plan.data.startswith("16 synthetic train rows (2 step(s) of TRAIN_BATCH_SIZE")
     elsewhere = _plan(PROFILE="bench", TRAIN_FILES="/data/mine/train.parquet")
     assert elsewhere.data is None
 

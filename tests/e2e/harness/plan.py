@@ -186,6 +186,16 @@ def recipe_plan(settings: Mapping[str, str], overrides: Sequence[str] = RUN_OVER
     return plan
 
 
+def plan_object(settings: Mapping[str, str], overrides: Sequence[str] = RUN_OVERRIDES) -> Any:
+    """The same plan as recipe_plan's, built in this process (recipe.plan.Plan): what `run` hands its report and its
+    bench data writer."""
+    from recipe.plan import build_plan
+    from recipe.settings import Settings
+
+    settings_model = Settings.model_validate({name.lower(): value for name, value in settings.items()})
+    return build_plan(settings_model, {**os.environ, **settings}, tuple(overrides))
+
+
 def _split(override: str) -> tuple[str, str, str]:
     """(prefix, key, value) of one Hydra override."""
     key, _, value = override.partition("=")
@@ -197,13 +207,14 @@ class PlanChanged(Exception):
     """The recipe's plan no longer has what the CPU mapping was written against."""
 
 
-def apply_cpu_mapping(overrides: Sequence[str]) -> list[str]:
-    """The plan's overrides with the swaps (cpu_swaps, host_swaps) applied in place and cpu_additions appended.
+def apply_cpu_mapping(overrides: Sequence[str], host: bool = True) -> list[str]:
+    """The plan's overrides with the swaps (cpu_swaps, and host_swaps unless `host` is False: a plan of the full
+    recipe, where the user's overrides set those keys) applied in place and cpu_additions appended.
 
     Raises PlanChanged naming every key whose planned value is not the one the swap expects,
     every swapped key the plan lost, and every added key the plan now sets itself.
     """
-    swaps = {**cpu_swaps(), **host_swaps()}
+    swaps = {**cpu_swaps(), **(host_swaps() if host else {})}
     additions = cpu_additions()
     problems: list[str] = []
     seen: set[str] = set()
@@ -226,13 +237,13 @@ def apply_cpu_mapping(overrides: Sequence[str]) -> list[str]:
     return out + [addition.override for addition in additions.values()]
 
 
-def trainer_command(plan: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment the harness runs: the plan's, with the CPU mapping."""
+def trainer_command(plan: Mapping[str, Any], host: bool = True) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment the harness runs: the plan's, with the CPU mapping (apply_cpu_mapping's `host`)."""
     argv = list(plan["argv"])
     overrides = list(plan["overrides"])
     if argv[-len(overrides) :] != overrides:
         raise PlanChanged("the plan's argv does not end with its overrides")
-    command = argv[: -len(overrides)] + apply_cpu_mapping(overrides)
+    command = argv[: -len(overrides)] + apply_cpu_mapping(overrides, host)
     env = dict(os.environ)
     for name, value in plan["env"].items():
         if value is None:

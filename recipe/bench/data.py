@@ -4,6 +4,15 @@ Each row is converted by the recipe's own `convert_geo3k` and written with the s
 so verl reads, filters and batches them exactly as it does geo3k. Every image differs (its row's
 number is drawn on it), so vLLM's multimodal cache and prefix cache cannot serve one prompt from
 another's work, as they could not in a real run. The same row count gives the same bytes.
+
+Neighbouring rows differ in length too: row i asks FILLER i mod FILLER_CYCLE times. With every
+prompt the same length and every response the same (ignore_eos), every sequence of a batch has
+one length, and verl 0.9.1 crashes in the actor update of a VLM: `left_right_2_no_padding`
+(verl/workers/utils/padding.py) lets torch's `as_nested_tensor` pick the ragged dimension of the
+(4, length) mrope position ids, which for equal lengths is the 4, and `maybe_fix_3d_position_ids`
+then declares the length ragged ("split_with_sizes expects split_sizes to sum exactly to 194 ...
+but got split_sizes=[4, 4, 4, 4]", found by the CPU e2e's bench run). A real batch of geo3k
+never has one length; a batch of one prompt's samples alone (TRAIN_BATCH_SIZE=1) still would.
 """
 
 from __future__ import annotations
@@ -21,6 +30,9 @@ IMAGE_SIZE = 448
 QUESTION = "Which number is written in the figure? Describe the figure in detail, then give the number."
 #: Test rows at most: verl loads the validation file even with validation off.
 MAX_TEST_ROWS = 8
+#: A sentence row i repeats i mod FILLER_CYCLE times, so that neighbouring rows differ in length (module docstring).
+FILLER = " Look closely."
+FILLER_CYCLE = 8
 
 
 def _picture(number: int) -> bytes:
@@ -40,7 +52,8 @@ def _picture(number: int) -> bytes:
 
 def bench_row(index: int, split: str) -> dict[str, Any]:
     """Row `index` of a split, as `prepare-data geo3k` writes a row."""
-    source = {"images": [{"bytes": _picture(index), "path": None}], "problem": "<image>" + QUESTION, "answer": str(index)}
+    problem = "<image>" + QUESTION + FILLER * (index % FILLER_CYCLE)
+    source = {"images": [{"bytes": _picture(index), "path": None}], "problem": problem, "answer": str(index)}
     return convert_geo3k(source, index, split)
 
 

@@ -56,7 +56,7 @@ def bench_data_note(steps: int, train_rows: int, test_rows: int) -> str:
     """What `plan` says of the bench data (recipe.bench.data, written by run) for `steps` steps."""
     return (
         f"{train_rows} synthetic train rows ({steps} step(s) of TRAIN_BATCH_SIZE prompts) and {test_rows} test rows "
-        f"in geo3k's layout (written by run, nothing downloaded): a fixed question and a {IMAGE_SIZE}x{IMAGE_SIZE} "
-        "image of its own in every prompt; every response exactly data.max_response_length tokens (ignore_eos); "
+        f"in geo3k's layout (written by run, nothing downloaded): a fixed question (0-7 filler sentences, so that no "
+        f"batch has one length) and a {IMAGE_SIZE}x{IMAGE_SIZE} image of its own in every prompt; every response exactly data.max_response_length tokens (ignore_eos); "
         "no validation, no checkpoint unless SAVE_FREQ asks; the run report at the end"
     )

@@ -34,11 +34,17 @@ GPU_PEAK_TFLOPS = 989.0
 #: Passes over each token in one GRPO step, each 2 x active weights FLOPs a token (the module docstring).
 PASSES = {names.PHASES["generation"]: 1, names.PHASES["log-probs (old)"]: 1, names.PHASES["log-probs (ref)"]: 1,
           names.PHASES["actor update"]: 3}  # fmt: skip
-#: Which measured figure stands beside which phase of the plan's estimate (the start of recipe.memory_fit's names).
+#: Which measured figure stands beside which phase of the plan's estimate (the start of recipe.memory_fit's names), and
+#: whether it measures what the estimate counts: the node's used RAM is every process's (the OS, vLLM, Ray, ...), so it
+#: is shown beside the estimate but never called over it.
 MEASURED = (
-    ("actor phase", names.ACTOR_PEAK_GIB, "the actor worker's device peak (torch max_memory_allocated)"),
-    ("host RAM", names.HOST_USED_GIB, "the node's used RAM as the actor saw it (psutil; every process on the node)"),
-)
+    ("actor phase", names.ACTOR_PEAK_GIB, "the actor worker's device peak (torch max_memory_allocated)", True),
+    ("host RAM", names.HOST_USED_GIB, "the node's used RAM as the actor saw it (psutil; every process on the node)",
+     False),
+)  # fmt: skip
+#: Timers verl 0.9.1 runs in every step of the recipe's plans; the others (the save's, the reward's, which 0.9.1
+#: never logs) are not missed when absent.
+EVERY_STEP = ("generation", "log-probs (old)", "log-probs (ref)", "advantages", "actor update", "weight sync")
 #: What the report says of a phase verl does not measure (the rollout's: vLLM takes its pool whole at start).
 NOT_MEASURED = "not measured by verl"
 #: The estimate's term that most likely grew when the actor's peak is over: vLLM's pool when the excess is at least
@@ -160,7 +166,7 @@ class MemoryRow:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        over = self.ratio is not None and self.ratio > OVER_ESTIMATE
+        over = self.likely_term is not None  # set only where the figure measures what the estimate counts
         return {"phase": self.phase, "metric": self.metric, "what": self.what, "measured_gib": self.measured_gib,
                 "estimate_gib": self.estimate_gib, "ratio": self.ratio, "over_estimate": over,
                 "likely_term": self.likely_term}  # fmt: skip
@@ -169,16 +175,18 @@ class MemoryRow:
 def memory_rows(metrics: Mapping[int, Mapping[str, float | None]], memory: MemoryEstimate | None) -> list[MemoryRow]:
     """Each phase of the plan's estimate (without one, each phase verl measures) beside the largest value verl logged for
     it over the steps; a phase verl does not measure says so."""
-    phase_names = [phase.name for phase in memory.phases] if memory else [start for start, _, _ in MEASURED]
+    phase_names = [phase.name for phase in memory.phases] if memory else [start for start, _, _, _ in MEASURED]
     estimates = {phase.name: phase.total / GIB for phase in memory.phases} if memory else {}
     rows = []
     for phase_name in phase_names:
-        metric, what = next(((m, w) for start, m, w in MEASURED if phase_name.startswith(start)), ("", NOT_MEASURED))
+        metric, what, comparable = next(
+            ((m, w, c) for start, m, w, c in MEASURED if phase_name.startswith(start)), ("", NOT_MEASURED, False)
+        )
         logged = [v for values in metrics.values() if (v := values.get(metric)) is not None and math.isfinite(v) and v >= 0]
         measured = max(logged) if logged else None
         estimate = estimates.get(phase_name)
         row = MemoryRow(phase_name, metric, what, measured, estimate)
-        if memory and row.ratio is not None and row.ratio > OVER_ESTIMATE and measured is not None and estimate:
+        if comparable and memory and row.ratio is not None and row.ratio > OVER_ESTIMATE and measured is not None and estimate:
             excess = (measured - estimate) * GIB
             row = MemoryRow(phase_name, metric, what, measured, estimate, _likely_term(phase_name, excess, memory))
         rows.append(row)
@@ -318,8 +326,7 @@ def build_report(metrics: Mapping[int, Mapping[str, float | None]], inputs: Repo
         notes.append("no step was logged: the trainer ended before its first step's metrics")
     elif not rows:
         notes.append(f"{len(metrics)} step(s) logged, none with a finite step time ({names.STEP_SECONDS})")
-    missing = sorted({label for label, tag in names.PHASES.items() if label != "reward"
-                      and rows and all(label not in row.phases for row in rows)})  # fmt: skip
+    missing = sorted(label for label in EVERY_STEP if rows and all(label not in row.phases for row in rows))
     if missing:
         notes.append(f"not logged by this verl: {', '.join(missing)}")
     validation = _median([v for values in metrics.values() if (v := values.get(names.VALIDATION_SECONDS)) is not None

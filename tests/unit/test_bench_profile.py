@@ -66,6 +66,9 @@ def test_the_prompts_are_geo3k_rows_each_with_its_own_image(tmp_path: Path) -> N
     assert {Image.open(io.BytesIO(p)).size for p in pictures} == {(IMAGE_SIZE, IMAGE_SIZE)}
     assert all(row["data_source"] == "hiyouga/geometry3k" and QUESTION in row["prompt"][0]["content"] for row in rows)
     assert [row["reward_model"]["ground_truth"] for row in rows] == [str(i) for i in range(6)]
+    # Neighbouring rows differ in length: a batch of equal lengths crashes verl 0.9.1's VLM update (recipe.bench.data).
+    lengths = [len(row["prompt"][0]["content"]) for row in rows]
+    assert all(a != b for a, b in zip(lengths, lengths[1:])), lengths
     again = write_bench_data(tmp_path / "again", *row_counts(3, 2))[0]
     assert hashlib.sha256(again.read_bytes()).digest() == hashlib.sha256(train.read_bytes()).digest()
 

@@ -149,6 +149,15 @@ def test_a_peak_over_the_estimate_by_more_than_a_tenth_names_the_term_that_likel
     assert row(estimate + pool.bytes / GIB)["likely_term"].startswith(pool.name)
     text = build_report({1: {names.STEP_SECONDS: 10.0, names.ACTOR_PEAK_GIB: estimate * 1.2}}, _inputs(memory=memory))
     assert f"most likely {largest_growing} grew" in text.to_text("here")
+    # The node's used RAM is every process's: shown beside the estimate, never called over it.
+    host_phase = next(phase for phase in memory.phases if phase.name.startswith("host RAM"))
+    steps = {1: {names.STEP_SECONDS: 10.0, names.HOST_USED_GIB: 3 * host_phase.total / GIB}}
+    host_row = build_report(steps, _inputs(memory=memory)).to_dict()["memory"][-1]
+    assert host_row["ratio"] == pytest.approx(3.0) and (host_row["over_estimate"], host_row["likely_term"]) == (False, None)
+    # A save or a reward timer that did not run is no timer missing.
+    saved = {1: {**_recorded()[1]}}
+    saved[1].pop(names.PHASES["save"])
+    assert build_report(saved, _inputs()).notes == []
     rows = {row["phase"]: row for row in build_report({}, _inputs(memory=memory)).to_dict()["memory"]}
     assert list(rows) == [phase.name for phase in memory.phases]
     assert rows["rollout phase (vLLM awake)"]["what"] == "not measured by verl"

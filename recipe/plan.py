@@ -33,7 +33,7 @@ from recipe.layout import ParallelLayout, resolve_layout
 from recipe.memory_fit import MemoryEstimate, device_memory, estimate
 from recipe.memory_workload import EstimateSkipped, length_problems, workload_from_overrides
 from recipe.models import ModelSource, load_architecture
-from recipe.profiles import profile_overrides
+from recipe.profiles import profile_overrides, profile_problems
 from recipe.run_length import resume_point, total_steps
 from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
@@ -200,6 +200,7 @@ def build_plan(
     verl_check = check_verl_config(recipe_overrides, overrides, accepted) if accepted else VerlConfigCheck([])
     problems += verl_check.problems
     problems += _checkpoint_root_problems(settings, overrides) + _data_file_problems(settings)
+    problems += profile_problems(settings.profile, settings.train_batch_size)
     # A refused length would make the estimate divide by a sequence of no tokens: the refusal is the answer.
     refused_lengths = length_problems(overrides)
     problems += refused_lengths

@@ -36,6 +36,17 @@ def profile_defaults(data: dict[str, Any], default_checkpoint_dir: Path) -> dict
     return data
 
 
+def profile_problems(profile: str, train_batch_size: int) -> list[str]:
+    """What the chosen profile cannot run: PROFILE=bench with one prompt a step (recipe.bench.data says why)."""
+    if profile == "bench" and train_batch_size < 2:
+        return [
+            f"TRAIN_BATCH_SIZE={train_batch_size}: PROFILE=bench needs 2 prompts a step or more; with one, every "
+            "sequence of the batch has the same length (fixed responses), which crashes verl 0.9.1's update of a "
+            "VLM (docs/performance.md)"
+        ]
+    return []
+
+
 def profile_overrides(profile: str) -> list[str]:
     """The smoke or bench profile's own Hydra overrides (none for full)."""
     if profile == "bench":

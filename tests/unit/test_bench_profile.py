@@ -54,6 +54,20 @@ def test_the_users_settings_and_overrides_win() -> None:
     assert elsewhere.data is None
 
 
+def test_one_prompt_a_step_is_refused_by_name() -> None:
+    from recipe.errors import RecipeConfigError
+
+    from recipe.smoke import shipped_model_dir
+
+    # DP=1 takes any batch; the smoke model fits one device.
+    one = {"TP": 1, "PP": 1, "CP": 1, "EP": 1, "ETP": 1, "GEN_TP": 1, "NDEVICES_PER_NODE": 1, "MODEL_PATH": shipped_model_dir()}
+    with pytest.raises(RecipeConfigError) as refused:
+        _plan(PROFILE="bench", TRAIN_BATCH_SIZE=1, **one)
+    assert [line[:60] for line in refused.value.problems] == ["TRAIN_BATCH_SIZE=1: PROFILE=bench needs 2 prompts a step or "]
+    assert _plan(PROFILE="bench", TRAIN_BATCH_SIZE=2, **one).data is not None
+    assert _plan(TRAIN_BATCH_SIZE=1, **one).data is None  # the full profile takes one prompt a step
+
+
 def test_the_prompts_are_geo3k_rows_each_with_its_own_image(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets", reason="the bench data are written with datasets (the trainer extra)")
     from PIL import Image

@@ -97,6 +97,7 @@ MODULES = {
     # Its subprocess tests (the entry points, a pytest of its own) are not traced; the in-process ones are.
     "numbers": [f"{U}/test_read_back_hostile.py"],
     "image_facts": [f"{U}/test_doctor_facts.py"],
+    "near_miss": [f"{U}/test_near_miss.py"],
     "process_exit": [f"{U}/test_process_exit.py"],
     "profiles": [f"{U}/test_bench_profile.py", f"{S}/test_profile.py"],
     "provenance": [f"{E}/test_provenance_record.py", f"{E}/test_provenance_drift.py"],

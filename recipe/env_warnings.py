@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from recipe.env_names import known_names, readers
+from recipe.near_miss import one_slip_from
 from recipe.settings import Settings
 
 #: Prefixes of other programs' variables whose names we do not list (recipe.env_names lists RAY_, HF_,
@@ -70,7 +71,12 @@ def near_miss_warnings(environ: Mapping[str, str]) -> list[str]:
             if variable in known_names()[family]:
                 continue
             ours = [name for name in names if name.startswith(family)]
-            close = _closest(variable, [*ours, *sorted(known_names()[family])], FAMILY_TYPO_CUTOFF)
+            candidates = [*ours, *sorted(known_names()[family])]
+            # Short names (HF_TOKNE: 0.875 of HF_TOKEN) fall under the ratio; one slip names them (recipe.near_miss),
+            # and so does a name cut short of the only one it begins (VLLM_USE_V2 of VLLM_USE_V2_MODEL_RUNNER).
+            longer = [name for name in candidates if name.startswith(variable + "_")]
+            slip = one_slip_from(variable, candidates) or (longer[0] if len(longer) == 1 else None)
+            close = [slip] if slip else _closest(variable, candidates, FAMILY_TYPO_CUTOFF)
         elif variable.startswith(FOREIGN_PREFIXES):
             continue
         else:

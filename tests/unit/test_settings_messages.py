@@ -156,10 +156,23 @@ def test_a_typo_is_named_whatever_else_the_environment_holds(others: dict[str, s
         # A slip in the prefix leaves the family; the name's unchanged end still finds it.
         ("HCL_EXEC_TIMEOUT", "did you mean HCCL_EXEC_TIMEOUT, which torch_npu reads?"),
         ("WANDBB_PROJECT", "did you mean WANDB_PROJECT, which wandb reads?"),
+        # One slip in a short name (a swap, a letter changed), under difflib's ratio (recipe.near_miss).
+        ("HF_ENDPIONT", "did you mean HF_ENDPOINT, which datasets, huggingface_hub read?"),
+        ("HF_HOEM", "did you mean HF_HOME, which accelerate, datasets, huggingface_hub read?"),
+        # A name cut short of the only one it begins.
+        ("VLLM_USE_V2", "did you mean VLLM_USE_V2_MODEL_RUNNER, which vllm reads?"),
+        ("NCCL_DEBUGG", "did you mean NCCL_DEBUG, which nvidia_nccl_cu13 reads?"),
+        ("HCCL_CONECT_TIMEOUT", "did you mean HCCL_CONNECT_TIMEOUT, which torch_npu reads?"),
     ],
 )
 def test_a_typo_of_a_library_variable_names_the_libraries_that_read_it(typo: str, warning: str) -> None:
     assert near_miss_warnings({typo: "1"}) == [f"{typo} is read by no library of the images (ignored); {warning}"]
+
+
+@pytest.mark.parametrize("typo", ["HF_TOKNE", "HF_TOEKN", "HF_TOKN"])
+def test_a_slip_of_a_secret_setting_names_the_setting(typo: str) -> None:
+    """HF_TOKEN is a setting of ours (and read by the libraries): a slip names it as the setting."""
+    assert near_miss_warnings({typo: "hf_x"}) == [f"{typo} is not a setting (ignored); did you mean HF_TOKEN?"]
 
 
 def test_a_name_far_from_every_known_one_never_warns() -> None:

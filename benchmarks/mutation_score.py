@@ -98,6 +98,7 @@ MODULES = {
     "numbers": [f"{U}/test_read_back_hostile.py"],
     "image_facts": [f"{U}/test_doctor_facts.py"],
     "near_miss": [f"{U}/test_near_miss.py"],
+    "config_typos": [f"{U}/test_config_typos.py"],
     "process_exit": [f"{U}/test_process_exit.py"],
     "profiles": [f"{U}/test_bench_profile.py", f"{S}/test_profile.py"],
     "provenance": [f"{E}/test_provenance_record.py", f"{E}/test_provenance_drift.py"],

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from recipe.allocator import ALLOC_CONF_VARIABLES
+from recipe.config_typos import typo_problems
 from recipe.launch import _RAY_ENV, Override, resume_mode_problem
 from recipe.user_overrides import (
     _first_line,
@@ -316,16 +317,19 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
     # lazy: omegaconf is heavy or absent where this module is imported; loaded only here
     from omegaconf import OmegaConf
 
+    base = [str(o) for o in recipe]  # a key one slip from one verl has is refused naming it (recipe.config_typos)
+    typos = typo_problems(extra, OmegaConf.to_container(compose_verl_config(base, config_dir)), hydra_override_parser())
     try:
         config = compose_verl_config(overrides, config_dir)
     except Exception:  # Hydra's ConfigCompositionException, OmegaConf's errors, ValueError ...
         # Hydra stops at the first bad override: find each one that fails on its own.
-        base = [str(o) for o in recipe]
         problems, rest = [], []
         for text in extra:
             alone = merge_user_overrides(recipe, [text])
             problem = _compose_problem(alone, config_dir) if alone != base else None
-            if problem:
+            if text in typos:
+                problems.append(typos[text])
+            elif problem:
                 problems.append(f"override {text!r}: verl's config rejects it ({problem})")
             else:
                 rest.append(text)
@@ -336,7 +340,7 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
         others = check_verl_config(recipe, merge_user_overrides(recipe, rest), rest).problems if rest else []
         return VerlConfigCheck(problems + others)
 
-    problems: list[str] = type_problems(recipe, config, extra, config_dir)
+    problems: list[str] = list(typos.values()) + type_problems(recipe, config, extra, config_dir)
     trainer = config.get("trainer")
     mode = OmegaConf.to_container(trainer, resolve=False).get("resume_mode") if trainer is not None else None
     problem = resume_mode_problem(mode)

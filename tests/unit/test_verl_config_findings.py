@@ -84,8 +84,9 @@ def test_a_value_holding_an_equals_sign_is_checked_against_the_key_before_it(ver
 
 
 def test_a_new_key_is_never_checked_as_the_key_its_name_ends_with(verl_tree: Path) -> None:
-    # `Xtrainer.ratio` is a new key of its own: only the override of trainer.ratio itself is wrong.
-    assert check("trainer.ratio=x", "+Xtrainer.ratio=0.1").problems == [
+    # `my_trainer.ratio` is a new key of its own (no slip of `trainer`: recipe.config_typos would name that one):
+    # only the override of trainer.ratio itself is wrong.
+    assert check("trainer.ratio=x", "+my_trainer.ratio=0.1").problems == [
         f"override 'trainer.ratio=x': trainer.ratio is a float in verl's config (default 0.5), not 'x'{TAIL}"
     ]
 

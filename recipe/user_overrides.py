@@ -223,7 +223,7 @@ def _secrets_set(key: str, value: Any, in_environment: bool = False) -> list[str
     if value not in (None, ""):
         found += _secret_words(key, in_environment)
         if not isinstance(value, (dict, list, tuple)) and _URL_WITH_PASSWORD.search(str(value)):
-            found.append(f"{words[-1] if words else 'a value'} (a URL with its password)")
+            found.append(f"{words[-1] if words else 'a value'}{URL_SECRET}")
     inner_environment = in_environment or bool(words and words[-1] in _ENVIRONMENT_KEYS)
     if isinstance(value, dict):
         for name, inner in value.items():
@@ -241,12 +241,44 @@ def literal_secret_problems(override: UserOverride) -> list[str]:
     secret belongs in the environment, which `run` hands to the trainer and every Ray worker
     and never records.
     """
-    return [
-        f"override of {override.key}: gives the secret {name} a value in an override, where it would be recorded in "
-        f"run-record.json and printed; set the environment variable {name} instead (`run` passes it to every Ray "
-        "worker and never records it)"
-        for name in dict.fromkeys(override.secrets_set)
-    ]
+    last = (_key_words(override.key) or [""])[-1]
+    problems = []
+    for name in dict.fromkeys(override.secrets_set):
+        if name.endswith(URL_SECRET):
+            problems.append(url_advice(override.key, whole_value=name == last + URL_SECRET))
+        else:
+            problems.append(
+                f"override of {override.key}: gives the secret {name} a value in an override, where it would be "
+                f"recorded in run-record.json and printed; set the environment variable {name} instead (`run` passes "
+                "it to every Ray worker and never records it)"
+            )
+    return problems
+
+
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)([^/\s@]+)(@)")
+
+
+def mask_url_password(value: str | None) -> str | None:
+    """`value` with the password of every URL in it written as ********: what the run record keeps of a variable."""
+    return None if value is None else _URL_PASSWORD.sub(r"\1********\3", value)
+
+
+#: How _secrets_set names a URL that carries its password.
+URL_SECRET = " (a URL with its password)"
+
+
+def url_advice(key: str, whole_value: bool) -> str:
+    """The way out for a URL with its password: the override reads it from a variable of the user's own."""
+    reference = "${oc.env:DB_URL}"
+    how = (f"write '+{key.lstrip('+~')}={reference}' (without + where the key exists)" if whole_value
+           else f"write {reference} where the URL stands in the value")  # fmt: skip
+    return (
+        f"override of {key}: gives it a URL with its password, which would be recorded in run-record.json and "
+        f"printed; put the URL in an environment variable of your own (DB_URL, say: a name without TOKEN, SECRET, "
+        f"PASS... in it) and {how}: the record keeps the reference, not the password, and `run` passes the variable "
+        "to every Ray worker. verl prints its config resolved, the URL included: a backend that reads its password "
+        "from a variable of its own keeps it out"
+    )
 
 
 def user_overrides(setting: Sequence[str], after_dashes: Sequence[str]) -> list[str]:

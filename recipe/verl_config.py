@@ -21,13 +21,8 @@ from typing import Any, Iterator, Sequence
 from recipe.allocator import ALLOC_CONF_VARIABLES
 from recipe.config_typos import typo_problems
 from recipe.launch import _RAY_ENV, Override, resume_mode_problem
-from recipe.user_overrides import (
-    _first_line,
-    decided_keys,
-    hydra_override_parser,
-    is_secret_name,
-    merge_user_overrides,
-)
+from recipe.user_overrides import _first_line, decided_keys, hydra_override_parser, is_secret_name, mask_url_password
+from recipe.user_overrides import merge_user_overrides
 
 #: Marks a secret read through oc.env while the composed config is resolved at plan time.
 _CANARY = "<<recipe:secret-read:"
@@ -89,7 +84,7 @@ def _secret_reads_marked(seen: set[str], reads: dict[str, str | None]) -> Iterat
         if is_secret_name(str(key)):
             seen.add(str(key))
             return f"{_CANARY}{key}>>"
-        reads[str(key)] = os.environ.get(str(key))
+        reads[str(key)] = mask_url_password(os.environ.get(str(key)))  # the record keeps no password
         return oc.env(key, *default)
 
     saved = BaseContainer._resolvers.get("oc.env")

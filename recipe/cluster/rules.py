@@ -72,6 +72,10 @@ def host_problem(host: str) -> str | None:
         return None if isinstance(address, ipaddress.IPv6Address) else "must be an IPv6 address inside the brackets"
     if address is not None:
         return None
+    url = re.fullmatch(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/:]*)(?::(\d*))?/?", host)
+    if url:
+        port = f" and the port; the port is RAY_PORT (here {url.group(3)})" if url.group(3) else ""
+        return f"must be a bare host, not a URL: drop {url.group(1)}://{port}, leaving {url.group(2)!r}"
     if re.fullmatch(r"[^:]+:\d*", host):
         return "must be a host name or IP address without a port (the port is RAY_PORT)"
     name = host[:-1] if host.endswith(".") else host

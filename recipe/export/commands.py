@@ -33,7 +33,8 @@ def add_export_commands(commands: Any) -> None:
         "export as complete, lenient or broken. DIR may also be a checkpoint directory: its newest HF export "
         "is checked.",
         exit_codes={0: "complete or lenient", 1: "broken", 2: "cannot check (no export, unreadable files)"},
-        examples=["entrypoint.py verify-export /checkpoints/grpo/exp/global_step_20/actor/huggingface"],
+        # verl 0.9.1 writes the export to global_step_N/actor/model/huggingface (recipe.export.watch.HF_SUBDIRS).
+        examples=["entrypoint.py verify-export /checkpoints/grpo/exp/global_step_20/actor/model/huggingface"],
     )
     verify.add_argument("directory", type=Path, metavar="DIR")
     _common(verify)

@@ -481,3 +481,34 @@ def test_total_training_steps_is_typed_though_verl_leaves_it_null_and_untyped() 
     [line] = _refused("trainer.total_training_steps=abc")
     assert "trainer.total_training_steps is an int or null" in line
     assert "trainer.total_training_steps=null" in _plan(("trainer.total_training_steps=null",)).overrides
+
+
+@hsettings(max_examples=8, deadline=None)
+@given(
+    key=st.sampled_from(["+trainer.tracking_uri", "+trainer.db_url", "+reward.reward_kwargs.endpoint"]),
+    # Marked, so that no digest or size in the record can hold it by chance.
+    password=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=6, max_size=12).map("pw-{}-pw".format),
+)
+def test_the_way_out_of_a_url_with_its_password_works_when_followed(key: str, password: str) -> None:
+    """The refusal's own override, copied from the message, with the URL in the variable it names: the plan takes it,
+    and neither the record nor the command line holds the password."""
+    import json
+    import re
+
+    from recipe.plan import build_plan
+
+    from .envtools import settings_of
+
+    url = f"postgres://me:{password}@db.example.com:5432/runs"
+    with pytest.raises(RecipeConfigError) as refused:
+        build_plan(settings_of(DEVICE="gpu"), environ={}, extra_overrides=[f"{key}={url}"])
+    (line,) = refused.value.problems
+    assert password not in line
+    suggested = re.search(r"write '([^']+)'", line)
+    assert suggested is not None, line
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {"DB_URL": url}):  # `plan` resolves oc.env from its own environment
+        plan = build_plan(settings_of(DEVICE="gpu"), environ=dict(os.environ), extra_overrides=[suggested.group(1)])
+    assert suggested.group(1) in plan.argv
+    assert password not in json.dumps(plan.provenance) and password not in " ".join(plan.argv)

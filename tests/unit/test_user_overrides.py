@@ -37,7 +37,9 @@ from recipe.user_overrides import (
     merge_user_overrides,
     parse_user_override,
     secret_reference_problems,
+    URL_SECRET,
     shown_override,
+    url_advice,
 )
 
 PARSER = hydra_override_parser()
@@ -70,6 +72,8 @@ def _withheld(key: str) -> str:
 
 
 def _secret_set(key: str, name: str) -> str:
+    if name.endswith(URL_SECRET):  # the way out reads the URL from a variable of the user's own
+        return url_advice(key, whole_value=name == key.rsplit(".", 1)[-1] + URL_SECRET)
     return (
         f"override of {key}: gives the secret {name} a value in an override, where it would be recorded in "
         f"run-record.json and printed; set the environment variable {name} instead (`run` passes it to every Ray "
@@ -510,6 +514,13 @@ def test_a_url_with_its_password_is_refused_and_never_repeated(scheme: str, user
         assert accepted == [] and len(problems) == 1 and password not in problems[0], problems
     word = key.rsplit(".", 1)[1]
     assert _check(f"{key}='{url}'")[1] == [_secret_set(key.lstrip("+"), f"{word} (a URL with its password)")]
+
+
+def test_a_url_inside_a_value_is_replaced_where_it_stands_and_a_whole_value_by_the_override() -> None:
+    (inside,) = _check("+a=['redis://:pw123@cache']")[1]
+    assert "write ${oc.env:DB_URL} where the URL stands in the value" in inside and "pw123" not in inside
+    (whole,) = _check("+trainer.tracking_uri='https://u:pw123@h'")[1]
+    assert "write '+trainer.tracking_uri=${oc.env:DB_URL}'" in whole and "pw123" not in whole
 
 
 def test_literal_secret_problems_names_each_secret_once() -> None:

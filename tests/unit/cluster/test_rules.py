@@ -288,3 +288,22 @@ def test_split_address_refuses_what_is_not_host_port(bad: str) -> None:
     with pytest.raises(rules.ClusterError) as caught:
         rules.split_address(bad)
     assert caught.value.problems == [f"address {bad!r}: must be host:port"]
+
+
+# --- a URL where a bare host belongs ---------------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    scheme=st.sampled_from(["http", "https", "ray", "tcp"]),
+    host=st.one_of(st.ip_addresses(v=4).map(str), st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9](\.[a-z]{2,8}){0,2}", fullmatch=True)),
+    port=st.one_of(st.none(), st.integers(1, 65535)),
+)
+def test_a_url_names_what_to_drop_and_what_is_left_works(scheme: str, host: str, port: int | None) -> None:
+    """`MASTER_ADDR=http://10.0.0.1:6379`: the line says to drop the scheme (and the port, which is RAY_PORT's), and
+    the host it leaves is one the rule takes, so the advice works when followed literally."""
+    url = f"{scheme}://{host}" + (f":{port}" if port is not None else "")
+    problem = rules.host_problem(url)
+    assert problem is not None and problem.startswith(f"must be a bare host, not a URL: drop {scheme}://")
+    assert ("the port is RAY_PORT" in problem) is (port is not None)
+    assert problem.endswith(f"leaving {host!r}") and rules.host_problem(host) is None

@@ -33,7 +33,7 @@ exit codes:
   2  cannot check (no export, unreadable files)
 
 example:
-  entrypoint.py verify-export /checkpoints/grpo/exp/global_step_20/actor/huggingface
+  entrypoint.py verify-export /checkpoints/grpo/exp/global_step_20/actor/model/huggingface
 """
 
 EXPORT_HELP = r"""usage: entrypoint.py export [-h] --out DIR [--checkpoint-dir DIR] [--model-path DIR] [--strict | --lenient] [--json]
@@ -89,3 +89,12 @@ def test_each_commands_help_word_for_word(
 
 def test_the_command_list_says_what_each_does(parser: argparse.ArgumentParser) -> None:
     assert COMMAND_LIST in parser.format_help()
+
+
+def test_the_examples_path_has_the_shape_verl_writes() -> None:
+    """The example export path is where verl 0.9.1 puts a step's HF export (recipe.export.watch.HF_SUBDIRS), so a
+    user who follows it with their own project and experiment reaches the export, not "not a directory"."""
+    from recipe.export.watch import HF_SUBDIRS
+
+    (example,) = [line.split()[-1] for line in VERIFY_HELP.splitlines() if line.startswith("  entrypoint.py verify-export")]
+    assert example.endswith("/global_step_20/" + HF_SUBDIRS[0]), example

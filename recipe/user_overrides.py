@@ -169,6 +169,8 @@ def parse_user_override(text: str, parser: Any) -> UserOverride | str:
     if "=" not in text and not text.startswith("~"):
         return f"override {text!r}: must look like key=value (Hydra override syntax)"
     shown = shown_override(text)
+    if text[:1].isspace():  # Hydra's own words: "token recognition error at: ' '"
+        return f"override {shown}: starts with a blank, which Hydra cannot parse; write {shown_override(text.lstrip())}"
 
     def reason(error: BaseException) -> str:
         # Hydra's messages quote the text: where it holds a secret, only the kind of error is said.

@@ -312,13 +312,17 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
     # lazy: omegaconf is heavy or absent where this module is imported; loaded only here
     from omegaconf import OmegaConf
 
-    base = [str(o) for o in recipe]  # a key one slip from one verl has is refused naming it (recipe.config_typos)
-    typos = typo_problems(extra, OmegaConf.to_container(compose_verl_config(base, config_dir)), hydra_override_parser())
+    base = [str(o) for o in recipe]  # a key one slip from one verl has is refused naming it (recipe.config_typos):
+
+    def typos_found() -> dict[str, str]:  # an added key composes silently; a changed one fails (composed only then)
+        return typo_problems(extra, OmegaConf.to_container(compose_verl_config(base, config_dir)), hydra_override_parser())
+
+    typos = typos_found() if any(text.startswith("+") for text in extra) else {}
     try:
         config = compose_verl_config(overrides, config_dir)
     except Exception:  # Hydra's ConfigCompositionException, OmegaConf's errors, ValueError ...
         # Hydra stops at the first bad override: find each one that fails on its own.
-        problems, rest = [], []
+        problems, rest, typos = [], [], typos or typos_found()
         for text in extra:
             alone = merge_user_overrides(recipe, [text])
             problem = _compose_problem(alone, config_dir) if alone != base else None

@@ -607,3 +607,13 @@ def test_merging_refuses_every_problem_at_once() -> None:
         "override 'trainer.nnodes=2': trainer.nnodes is decided by NNODES; set that instead",
         "override 'nonsense': must look like key=value (Hydra override syntax)",
     ]
+
+
+@hsettings(max_examples=30, deadline=None)
+@given(blank=st.text(alphabet=" \t", min_size=1, max_size=3),
+       text=st.sampled_from(["trainer.total_training_steps=3", "+trainer.my_note='a b'", "actor_rollout_ref.actor.optim.lr=2e-6"]))
+def test_a_leading_blank_is_named_and_the_suggestion_parses(blank: str, text: str) -> None:
+    """Hydra's "token recognition error at: ' '" becomes the override to write, which Hydra's parser takes."""
+    problem = parse_user_override(blank + text, hydra_override_parser())
+    assert problem == f"override {blank + text!r}: starts with a blank, which Hydra cannot parse; write {text!r}"
+    assert isinstance(parse_user_override(text, hydra_override_parser()), UserOverride)

@@ -54,20 +54,27 @@ RUN_CHECKS = f"{UNIT}/export/test_run_checks.py"
 BREAKAGES: tuple[Breakage, ...] = (
     Breakage(
         "smoke-defaults-ignored",
-        "recipe/settings.py",
-        '        """PROFILE=smoke: the profile\'s value for every setting the environment left unset."""\n',
-        '        """PROFILE=smoke: the profile\'s value for every setting the environment left unset."""\n'
-        "        return data\n",
+        "recipe/profiles.py",
+        "        defaults = {name.lower(): value for name, value in SMOKE_SETTINGS.items()}\n",
+        "        defaults = {}  # broken: the profile's settings are not taken\n",
         (f"{RUN}::test_profile_smoke_takes_its_defaults",),
-        "PROFILE=smoke no longer takes its defaults (Settings._profile_defaults)",
+        "PROFILE=smoke no longer takes its defaults (recipe.profiles.profile_defaults)",
     ),
     Breakage(
         "smoke-overrides-dropped",
-        "recipe/plan.py",
+        "recipe/profiles.py",
         "        from recipe.smoke import smoke_overrides\n",
         "        smoke_overrides = list  # broken: the profile adds no override\n",
         (f"{RUN}::test_profile_smoke_adds_its_overrides_and_the_users_come_last",),
         "build_plan no longer appends the smoke overrides",
+    ),
+    Breakage(
+        "run-report-dropped",
+        "recipe/run/trainer.py",
+        "    write_run_report(plan, code)\n",
+        "    pass  # broken: no run report\n",
+        ("tests/unit/test_run_report.py::test_a_run_with_no_metrics_still_reports_and_keeps_its_exit",),
+        "run no longer writes run-report.json at the trainer's end",
     ),
     Breakage(
         "resume-guard-removed",

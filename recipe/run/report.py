@@ -119,10 +119,14 @@ def step_rows(metrics: Mapping[int, Mapping[str, float | None]]) -> list[StepRow
             continue
         phases = {label: value for label, tag in names.PHASES.items()
                   if (value := values.get(tag)) is not None and math.isfinite(value) and value >= 0}  # fmt: skip
-        tokens = values.get(names.TOKENS)
-        rows.append(StepRow(step, seconds, phases, tokens if tokens is not None and tokens >= 0 else None,
-                            values.get(names.THROUGHPUT)))  # fmt: skip
+        tokens, throughput = values.get(names.TOKENS), values.get(names.THROUGHPUT)
+        rows.append(StepRow(step, seconds, phases, tokens if _finite(tokens) and tokens >= 0 else None,  # type: ignore[operator]
+                            throughput if _finite(throughput) else None))  # fmt: skip
     return rows
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def flops_per_token(active_per_token: int, timed: Sequence[str]) -> int:

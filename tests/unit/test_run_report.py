@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from recipe.memory_fit import GIB
@@ -169,6 +169,8 @@ _values = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), s
 
 @given(st.dictionaries(st.integers(0, 10**6), st.dictionaries(st.sampled_from(sorted(names.READ_BACK)), _values), max_size=6),
        st.integers(0, 255), st.integers(1, 4096))  # fmt: skip
+# Found by this test: an infinite token count or throughput reached the JSON, which refuses it.
+@example({0: {names.STEP_SECONDS: 1.0, names.THROUGHPUT: math.inf, names.TOKENS: math.inf}}, 0, 1)
 def test_any_metrics_give_a_report_never_a_traceback(steps: dict[int, dict[str, float | None]], code: int, devices: int) -> None:
     """Missing, negative, infinite or NaN values (verl logs what it measured): a report, valid JSON, a table."""
     report = build_report(steps, _inputs(code, devices))

@@ -273,14 +273,12 @@ def _data_note(settings: Settings, overrides: Sequence[str]) -> str | None:
     """The smoke or bench profile's data, when the run uses them (recipe.smoke.profile, recipe.bench.profile)."""
     if settings.profile == "bench":
         # lazy: the bench profile's modules, only with PROFILE=bench
-        from recipe.bench import bench_data_dir, bench_data_note, row_counts
+        from recipe.bench import bench_data_note, bench_rows
 
-        if not Path(override_value(overrides, "data.train_files") or settings.resolved_train_files).is_relative_to(
-            bench_data_dir(settings.checkpoint_dir)
-        ):
-            return None
+        train_file = Path(override_value(overrides, "data.train_files") or settings.resolved_train_files)
         steps = int(override_value(overrides, "trainer.total_training_steps") or 0)
-        return bench_data_note(steps, *row_counts(settings.train_batch_size, steps))
+        rows = bench_rows(train_file, settings.checkpoint_dir, settings.train_batch_size, steps)
+        return None if rows is None else bench_data_note(steps, *rows)
     if settings.profile != "smoke":
         return None
     # lazy: the smoke profile's modules import datasets and Pillow; only with PROFILE=smoke

@@ -11,7 +11,14 @@ Importing this package imports neither Pillow nor datasets.
 """
 
 from recipe.bench.data import row_counts, write_bench_data
-from recipe.bench.profile import BENCH_SETTINGS, BENCH_STEPS, bench_data_dir, bench_data_note, bench_overrides
+from recipe.bench.profile import (
+    BENCH_SETTINGS,
+    BENCH_STEPS,
+    bench_data_dir,
+    bench_data_note,
+    bench_overrides,
+    bench_rows,
+)
 
-__all__ = ["BENCH_SETTINGS", "BENCH_STEPS", "bench_data_dir", "bench_data_note", "bench_overrides", "row_counts",
-           "write_bench_data"]  # fmt: skip
+__all__ = ["BENCH_SETTINGS", "BENCH_STEPS", "bench_data_dir", "bench_data_note", "bench_overrides", "bench_rows",
+           "row_counts", "write_bench_data"]  # fmt: skip

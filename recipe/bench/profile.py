@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from recipe.bench.data import IMAGE_SIZE
+from recipe.bench.data import IMAGE_SIZE, row_counts
 
 #: Steps of a bench run: the first carries the start-up's one-off costs (compilation, first weight sync); the
 #: report's medians are over all of them, and each step's row is in run-report.json.
@@ -50,6 +50,14 @@ def bench_overrides() -> list[str]:
         # (verl passes it to vLLM's SamplingParams, vllm_async_server.py).
         "actor_rollout_ref.rollout.ignore_eos=True",
     ]
+
+
+def bench_rows(train_file: Path, checkpoint_dir: Path, train_batch_size: int, steps: int) -> tuple[int, int] | None:
+    """(train rows, test rows) `run` writes for the bench, or None when the training file is not the bench's own
+    (data.train_files points elsewhere: the user's prompts). What `plan` states and what `run` writes, from one place."""
+    if not Path(train_file).is_relative_to(bench_data_dir(checkpoint_dir)):
+        return None
+    return row_counts(train_batch_size, steps)
 
 
 def bench_data_note(steps: int, train_rows: int, test_rows: int) -> str:

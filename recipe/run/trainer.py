@@ -98,15 +98,17 @@ def _prepare_smoke(root: Path) -> None:
 def prepare_bench(plan: Plan) -> None:
     """PROFILE=bench: write the synthetic prompts for the plan's steps and batch (recipe.bench), when the plan reads them."""
     directory = _bench_data_dir(plan.settings)
-    if directory is None or not _training_file(plan).is_relative_to(directory):
-        return  # another profile, or data.train_files points elsewhere: the user's own prompts
+    if directory is None:
+        return
     # lazy: the bench data import Pillow and datasets, only with PROFILE=bench
-    from recipe.bench import row_counts, write_bench_data
+    from recipe.bench import bench_rows, write_bench_data
 
     steps = int(override_value(plan.overrides, "trainer.total_training_steps") or 0)
-    train_rows, test_rows = row_counts(plan.settings.train_batch_size, steps)
-    print(f"Writing the bench's {train_rows} synthetic prompts in {directory}", flush=True)
-    write_bench_data(directory, train_rows, test_rows)
+    rows = bench_rows(_training_file(plan), plan.settings.checkpoint_dir, plan.settings.train_batch_size, steps)
+    if rows is None:
+        return  # data.train_files points elsewhere: the user's own prompts
+    print(f"Writing the bench's {rows[0]} synthetic prompts in {directory}", flush=True)
+    write_bench_data(directory, *rows)
 
 
 @contextmanager
@@ -227,7 +229,6 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
         _prepare_smoke(smoke_root)
     if role.runs_trainer:
         prepare_bench(plan)
-    if role.runs_trainer:
         _warn_about_prompt_budget(plan)
     # The raylet of every node inherits this environment, so Ray workers see it too: each node's
     # checkpoint root among it, read back by the head's shared-storage check (recipe.cluster.shared_storage).

@@ -246,6 +246,9 @@ class Doctor:
         monkeypatch.setattr(checks, "build_plan", self._build_plan)
         monkeypatch.setattr(command, "run_probe", lambda probe: self.probe_results[probe.name])
         monkeypatch.setattr(command, "time", types.SimpleNamespace(monotonic=lambda: self.clock.pop(0)))
+        # The checks run here time themselves; a stopped clock makes their 0.00 s the fixture's, not the
+        # machine's (CI's slower machine once took 1 ms over the driver check).
+        monkeypatch.setattr(checks, "time", types.SimpleNamespace(perf_counter=lambda: 50.0))
         monkeypatch.setenv("RECIPE_IMAGE_INFO_DIR", str(tmp_path / "not-an-image"))
 
     def _chip_problem(self) -> str | None:

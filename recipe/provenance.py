@@ -212,6 +212,27 @@ def _short(value: Any) -> str:
     return printable(text if len(text) <= 80 else text[:77] + "...")
 
 
+#: Layout values that follow from the settings (WORLD_SIZE = NNODES x NDEVICES_PER_NODE, DP = WORLD_SIZE / (TP x PP x
+#: CP)): no user sets them, so their change is said beside the settings' that caused it, never as a field of its own.
+DERIVED_LAYOUT = ("world_size", "dp")
+
+
+def _layout_drift(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """The layout settings that changed, field -> (then, now); derived values that changed ride on the first one."""
+    changed = sorted(key for key in set(old) | set(new) if old.get(key) != new.get(key))
+    settings = [key for key in changed if key not in DERIVED_LAYOUT]
+    derived = [key for key in changed if key in DERIVED_LAYOUT]
+    if not settings:  # derived values moved alone: a record whose own arithmetic is off, said as it is
+        return {shown_name(key.upper()): (_short(old.get(key)), _short(new.get(key))) for key in derived}
+    found = {shown_name(key.upper()): (_short(old.get(key)), _short(new.get(key))) for key in settings}
+    if derived:
+        first = shown_name(settings[0].upper())
+        then, now = found[first]
+        so = ", ".join(f"{key.upper()} {_short(old.get(key))} then, {_short(new.get(key))} now" for key in derived)
+        found[first] = (then, f"{now} (so {so})")
+    return found
+
+
 def drift(stored: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     """Fields that differ in what decides the math: field -> (then, now), shortened for one line each."""
     found: dict[str, tuple[str, str]] = {}
@@ -241,11 +262,7 @@ def drift(stored: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[
         new = ((now.get("data") or {}).get(name) or {}).get("sha256")
         if old != new:
             found[name] = (_short(old), _short(new))
-    if stored.get("layout") != now.get("layout"):
-        old_l, new_l = stored.get("layout") or {}, now.get("layout") or {}
-        for key in sorted(set(old_l) | set(new_l)):
-            if old_l.get(key) != new_l.get(key):
-                found[shown_name(key.upper())] = (_short(old_l.get(key)), _short(new_l.get(key)))
+    found.update(_layout_drift(stored.get("layout") or {}, now.get("layout") or {}))
     old_env, new_env = stored.get("environment_reads") or {}, now.get("environment_reads") or {}
     for name in sorted(set(old_env) | set(new_env)):
         if old_env.get(name, "(unset)") != new_env.get(name, "(unset)"):

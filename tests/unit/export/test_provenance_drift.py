@@ -95,6 +95,13 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, tuple[str, str]
     ("layout, named as the setting", {"layout": {"tp": 2, "pp": 1}}, {"layout": {"tp": 4, "pp": 1}}, {"TP": ("2", "4")}),
     ("layout from nothing", {}, {"layout": {"gen_tp": 2}}, {"GEN_TP": ("(absent)", "2")}),
     ("layout lost", {"layout": {"ep": 8}}, {}, {"EP": ("8", "(absent)")}),
+    # WORLD_SIZE and DP follow from the settings: said beside the setting that moved them, never a field of their own
+    # (ALLOW_DRIFT=DP was the advice, and DP is no variable a user sets).
+    ("more nodes: the derived sizes ride on NNODES",
+     {"layout": {"nnodes": 1, "world_size": 8, "dp": 2, "tp": 4}}, {"layout": {"nnodes": 2, "world_size": 16, "dp": 4, "tp": 4}},
+     {"NNODES": ("1", "2 (so DP 2 then, 4 now, WORLD_SIZE 8 then, 16 now)")}),
+    ("derived sizes moved alone (a record whose arithmetic is off): said as they are",
+     {"layout": {"world_size": 8, "dp": 2}}, {"layout": {"world_size": 8, "dp": 4}}, {"DP": ("2", "4")}),
     ("an oc.env read", {"environment_reads": {"MY_LR": "1e-6"}}, {"environment_reads": {"MY_LR": "2e-6"}},
      {"MY_LR": ("1e-6", "2e-6")}),
     ("an oc.env read newly set", {"environment_reads": {}}, {"environment_reads": {"MY_LR": "2e-6"}},

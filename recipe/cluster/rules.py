@@ -170,7 +170,9 @@ def ray_auth_problems(
             "RAY_AUTH_TOKEN on every node (e.g. `openssl rand -hex 32`); RAY_AUTH_MODE=disabled only on an "
             "isolated network"
         )
-    if ray_auth_mode == "token" and not ray_auth_token_set:
+    # An unset mode must become token: the token it then needs is asked for in the same round, not the next.
+    needs_token = ray_auth_mode == "token" or (nnodes > 1 and ray_auth_mode is None)
+    if needs_token and not ray_auth_token_set:
         problems.append("RAY_AUTH_TOKEN=: must be set (the same on every node) when RAY_AUTH_MODE=token")
     return problems
 

@@ -252,6 +252,12 @@ TOKEN_MISSING = "RAY_AUTH_TOKEN=: must be set (the same on every node) when RAY_
         (3, None, None, False, [
             ("RAY_AUTH_MODE=: must be token when NNODES=3 starts Ray across machines, with the same "
              "RAY_AUTH_TOKEN on every node (e.g. `openssl rand -hex 32`); RAY_AUTH_MODE=disabled only on an "
+             "isolated network"),
+            TOKEN_MISSING,  # in the same round: setting the mode alone would only bring this line next time
+        ]),
+        (3, None, None, True, [
+            ("RAY_AUTH_MODE=: must be token when NNODES=3 starts Ray across machines, with the same "
+             "RAY_AUTH_TOKEN on every node (e.g. `openssl rand -hex 32`); RAY_AUTH_MODE=disabled only on an "
              "isolated network")
         ]),
         (2, None, "token", False, [TOKEN_MISSING]),

@@ -15,10 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from recipe.checkpoint_tracker import TRACKER_NAME
 from recipe.errors import report_errors
-from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS
+from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS, ExportCheckError
 from recipe.export.report import ExportReport, printable
 from recipe.help import add_command
+from recipe.record_file import RECORD_NAME
 
 EXIT_UNCHECKABLE = 2
 
@@ -96,20 +98,39 @@ def _fail(command: str, message: str, as_json: bool) -> int:
 
 
 def _resolve_export_dir(directory: Path) -> Path:
-    """DIR itself when it holds a checkpoint; else the newest finished HF export below it."""
+    """DIR itself when it holds a checkpoint; else the newest finished HF export below it.
+
+    A checkpoint root (a run's record, verl's tracker or a global_step_N below it) with no finished
+    export is refused for what it is; any other directory is checked as given, so that the error
+    names what the export lacks.
+    """
     # lazy: the export commands' modules load only when one of them runs, not for plan
-    from recipe.export.watch import latest_hf_export
+    from recipe.export.watch import HF_SUBDIRS, MANIFEST, find_hf_exports, has_step_dirs
 
     if (directory / "config.json").is_file() or any(directory.glob("*.safetensors")):
         return directory
-    latest = latest_hf_export(directory)
-    return latest.directory if latest is not None else directory
+    exports = find_hf_exports(directory)
+    ready = [export for export in exports if export.ready]
+    if ready:
+        return ready[-1].directory
+    marked = any((directory / name).is_file() for name in (RECORD_NAME, TRACKER_NAME))
+    if exports or marked or has_step_dirs(directory):
+        saved = (
+            f"step {exports[-1].step} has one that verl did not finish saving (no {MANIFEST})" if exports
+            else f"no global_step_N below it holds one ({' or '.join(HF_SUBDIRS)})"
+        )
+        raise ExportCheckError(
+            f"{directory}: a checkpoint root with no finished HF export: {saved}; a run writes one at each save "
+            "(SAVE_FREQ) once its step ends; give verify-export a finished step's export, "
+            f"global_step_N/{HF_SUBDIRS[0]}"
+        )
+    return directory
 
 
 def run_verify_export(args: argparse.Namespace) -> int:
     """Handler of `verify-export`; returns the exit code."""
     # lazy: the export commands' modules load only when one of them runs, not for plan
-    from recipe.export.hf_check import ExportCheckError, verify_export
+    from recipe.export.hf_check import verify_export
 
     try:
         report = verify_export(_resolve_export_dir(args.directory), allowed_patterns(args), reference=args.reference)

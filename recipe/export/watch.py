@@ -58,6 +58,11 @@ def _step_dirs(root: Path, depth: int) -> list[Path]:
     return found
 
 
+def has_step_dirs(checkpoint_dir: Path) -> bool:
+    """Whether a global_step_N folder lies within SEARCH_DEPTH below `checkpoint_dir`."""
+    return bool(_step_dirs(Path(checkpoint_dir), SEARCH_DEPTH))
+
+
 def find_hf_exports(checkpoint_dir: Path) -> list[HFExport]:
     """Every HF export under `checkpoint_dir` (verl's default_local_dir or up to two levels above), by step."""
     exports: list[HFExport] = []

@@ -334,3 +334,28 @@ def test_an_export_that_cannot_be_made_exits_2_with_one_error_line(
         }  # fmt: skip
     else:
         assert printed.out == ""
+
+
+@pytest.mark.parametrize(
+    ("layout", "said"),
+    [
+        ({"run-record.json": "{}"}, "no global_step_N below it holds one (actor/model/huggingface or actor/huggingface)"),
+        ({"latest_checkpointed_iteration.txt": "3"}, "no global_step_N below it holds one"),
+        ({"global_step_3/actor/dist_ckpt/x": ""}, "no global_step_N below it holds one"),
+        ({"exp/global_step_3/actor/model/huggingface/config.json": "{}"},
+         "step 3 has one that verl did not finish saving (no actor/ckpt_contents.json)"),
+    ],
+)
+def test_a_checkpoint_root_with_no_finished_export_is_named_as_one(
+    tmp_path: Path, verified: list, capsys: pytest.CaptureFixture[str], layout: dict[str, str], said: str
+) -> None:
+    """Issue 43: a run's root before its first finished save said "no config.json"; it says what it is and what to give."""
+    for name, text in layout.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert run_verify_export(parse("verify-export", str(tmp_path))) == 2
+    assert verified == []  # refused before any check
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {tmp_path}: a checkpoint root with no finished HF export: {said}"), error
+    # The way out names the path shape verl 0.9.1 writes, the one the watcher looks in first.
+    assert error.rstrip().endswith("give verify-export a finished step's export, global_step_N/actor/model/huggingface")

@@ -145,6 +145,13 @@ def _load_hub(spec: DatasetSpec) -> datasets.DatasetDict:
         with redacted_library_logs():
             loaded = datasets.load_dataset(spec.hub_id, spec.hub_config)
     except Exception as exc:  # network, auth, missing cache: all end the command the same way
+        if datasets.config.HF_HUB_OFFLINE:  # datasets' own reading of HF_HUB_OFFLINE / HF_DATASETS_OFFLINE
+            # Offline, the cache was the only place to look: a mirror or a token cannot help.
+            raise DataPreparationError(
+                f"{spec.name}: {spec.hub_id} is not in the cache, and offline mode (HF_HUB_OFFLINE) keeps the hub out: "
+                f"datasets looked in {datasets.config.HF_DATASETS_CACHE} (set by HF_HOME); load it once where the hub "
+                "is reachable with the same HF_HOME, or pass --source with a local copy"
+            ) from None
         raise DataPreparationError(
             f"{spec.name}: cannot load {spec.hub_id} from the Hugging Face hub ({describe_exception(exc)}); "
             "set HF_ENDPOINT to reach a mirror, HF_TOKEN if the hub asks for one, "

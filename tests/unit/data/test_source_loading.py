@@ -295,6 +295,25 @@ def test_a_failed_hub_load_is_one_redacted_line_with_the_remedies(secrets: None,
     assert caught.value.__cause__ is None and caught.value.__suppress_context__  # no traceback chain to print
 
 
+def test_offline_with_an_empty_cache_says_so_and_where_the_cache_is(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 43: offline, "set HF_ENDPOINT to reach a mirror" cannot help; the line says the cache lacks it, and where."""
+
+    def fail(*args: object) -> None:
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(source_module, "hub_unreachable", lambda environ: None)
+    monkeypatch.setattr(datasets, "load_dataset", fail)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf" / "datasets")
+    with pytest.raises(DataPreparationError) as caught:
+        source_module._load_hub(GSM8K)
+    assert str(caught.value) == (
+        "gsm8k: openai/gsm8k is not in the cache, and offline mode (HF_HUB_OFFLINE) keeps the hub out: datasets "
+        f"looked in {tmp_path}/hf/datasets (set by HF_HOME); load it once where the hub is reachable with the same "
+        "HF_HOME, or pass --source with a local copy"
+    )
+
+
 # --- a local source -----------------------------------------------------------------------------
 
 

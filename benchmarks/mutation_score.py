@@ -94,6 +94,7 @@ MODULES = {
     "model_sizes": [f"{U}/test_model_sizes.py", f"{U}/test_model_sizes_edges.py"],
     "models": [f"{U}/test_models.py", f"{U}/test_layout.py", f"{U}/test_models_config_json.py"],
     "plan": [f"{U}/test_plan_orchestration.py", f"{U}/test_plan_workload_values.py"],
+    "plan_warnings": [f"{U}/test_plan_warnings.py"],
     # Its subprocess tests (the entry points, a pytest of its own) are not traced; the in-process ones are.
     "numbers": [f"{U}/test_read_back_hostile.py"],
     "image_facts": [f"{U}/test_doctor_facts.py"],

@@ -79,12 +79,17 @@ class ModelSource:
     #: None when config.json lacks a number the memory estimate needs (`sizes_problem` says which).
     sizes: ModelSizes | None = None
     sizes_problem: str | None = None
+    #: config.json's `model_type` when it is a string (transformers' name of the model class); None for the built-in profile.
+    model_type: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for `plan --json`: the architecture, and the parameter counts the memory estimate uses."""
         sizes = self.sizes.to_dict() if self.sizes else {"unknown": self.sizes_problem}
         return {"source": self.source, **self.architecture.to_dict(), "sizes": sizes}
 
+
+#: transformers' model_type of Qwen3.5-35B-A3B, the model the built-in profile is and the recipe's values are tuned for.
+QWEN3_5_MODEL_TYPE = "qwen3_5_moe"
 
 #: config.json larger than this is not a model config (HF configs are a few kB).
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
@@ -169,6 +174,7 @@ def load_architecture(model_path: Path) -> ModelSource:
             QWEN3_5_35B_A3B,
             f"built-in profile {QWEN3_5_35B_A3B.name} ({config_file} not found)",
             sizes_from_config(QWEN3_5_35B_A3B_CONFIG),
+            model_type=QWEN3_5_MODEL_TYPE,
         )
     except NotADirectoryError:
         raise RecipeConfigError([f"MODEL_PATH={name!r}: is not a directory"]) from None
@@ -182,9 +188,10 @@ def load_architecture(model_path: Path) -> ModelSource:
     if not isinstance(config, dict):
         raise RecipeConfigError([f"MODEL_PATH={name!r}: config.json is not a JSON object"])
     architecture = architecture_from_config(config, name)
+    model_type = config.get("model_type") if isinstance(config.get("model_type"), str) else None
     try:
-        return ModelSource(architecture, str(config_file), sizes_from_config(config))
+        return ModelSource(architecture, str(config_file), sizes_from_config(config), model_type=model_type)
     except SizesInvalid as invalid:
         raise RecipeConfigError([f"MODEL_PATH={name!r}: {invalid}"]) from None
     except SizesUnknown as unknown:
-        return ModelSource(architecture, str(config_file), None, str(unknown))
+        return ModelSource(architecture, str(config_file), None, str(unknown), model_type)

@@ -33,6 +33,7 @@ from recipe.layout import ParallelLayout, resolve_layout
 from recipe.memory_fit import MemoryEstimate, device_memory, estimate
 from recipe.memory_workload import EstimateSkipped, length_problems, workload_from_overrides
 from recipe.models import ModelSource, load_architecture
+from recipe.plan_warnings import plan_warnings
 from recipe.profiles import profile_overrides, profile_problems
 from recipe.run_length import resume_point, total_steps
 from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
@@ -75,6 +76,8 @@ class Plan:
     data: str | None = None
     #: Where the trainer starts: a saved step or fresh, and the drift guard's verdict on it (recipe.run_length).
     resume: dict[str, Any] = field(default_factory=dict)
+    #: What the plan accepts but would fail or mislead later (recipe.plan_warnings), one line each.
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready document (secrets redacted)."""
@@ -94,6 +97,7 @@ class Plan:
             "memory": self.memory.to_dict() if self.memory else {"skipped": self.memory_skipped},
             "data": self.data,
             "resume": self.resume,
+            "warnings": self.warnings,
         }
 
     def to_json(self) -> str:
@@ -121,6 +125,7 @@ class Plan:
             lines.append(f"fit      no memory-fit estimate: {self.memory_skipped}")
         if self.data:
             lines.append(f"data     {self.data}")
+        lines += [f"warning  {line}" for line in self.warnings]
         lines.append("env      " + " ".join(f"{k}={'(unset)' if v is None else v}" for k, v in self.env.items()))
         if self.resume:
             lines.append(f"resume   {self.resume['text']}")
@@ -238,6 +243,7 @@ def build_plan(
         memory_skipped,
         _data_note(settings, overrides),
         resume,
+        plan_warnings(settings, environ, model, overrides),
     )
 
 

@@ -1,0 +1,92 @@
+"""What `plan` accepts but what would fail or mislead later: one warning line each, never a refusal.
+
+Each is a mistake that costs a model load or a wasted run when found at run time:
+
+- wandb in `trainer.logger` with no WANDB_API_KEY: verl's tracking calls wandb.init at the trainer's
+  start, which fails without a key (or a login) unless WANDB_MODE keeps it offline;
+- a model of another type than the recipe's values were tuned for (Qwen3.5-35B-A3B): the layout
+  and memory rules still read that model's own config.json, the tuned batch and lengths do not fit it;
+- data prepared where TRAIN_FILES does not point: `prepare-data gsm8k` writes DATA_DIR/gsm8k while
+  TRAIN_FILES keeps its geo3k default, so the run would find no file, or the wrong one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from recipe.export.report import printable
+from recipe.launch import override_value
+from recipe.models import QWEN3_5_MODEL_TYPE, ModelSource
+from recipe.settings import Settings
+from recipe.user_overrides import hydra_override_parser
+
+#: WANDB_MODE values in which wandb.init needs no key (wandb's own modes that never reach its server).
+WANDB_KEYLESS_MODES = frozenset({"offline", "disabled", "dryrun"})
+#: The file `prepare-data NAME` writes under DATA_DIR/NAME.
+PREPARED_TRAIN_FILE = "train.parquet"
+
+
+def _loggers(value: str) -> list[str]:
+    """`trainer.logger`'s value as Hydra parses it: a list of names, or the one name."""
+    parser = hydra_override_parser()
+    parsed: Any = value
+    if parser is not None:
+        try:
+            parsed = parser.parse_override(f"trainer.logger={value}").value()
+        except Exception:  # noqa: BLE001 - check_user_overrides refuses what Hydra cannot parse; here: no warning
+            return []
+    return [str(item) for item in parsed] if isinstance(parsed, list) else [str(parsed)]
+
+
+def wandb_warning(settings: Settings, overrides: Sequence[str], environ: Mapping[str, str]) -> str | None:
+    """wandb logging asked for with no key to log with (None when there is one, or no wandb)."""
+    value = override_value(overrides, "trainer.logger")
+    if value is None or "wandb" not in _loggers(value):
+        return None
+    if settings.wandb_api_key is not None or environ.get("WANDB_MODE", "").strip().lower() in WANDB_KEYLESS_MODES:
+        return None
+    return (
+        "trainer.logger names wandb but WANDB_API_KEY is not set: wandb.init fails when the trainer starts; "
+        "set WANDB_API_KEY (the recipe then adds wandb itself), or WANDB_MODE=offline to log to files"
+    )
+
+
+def model_type_warning(model: ModelSource) -> str | None:
+    """A config.json of another model type than the recipe's tuned one (None for that one, and the built-in profile)."""
+    if model.model_type == QWEN3_5_MODEL_TYPE:
+        return None
+    shown = f"model_type {printable(model.model_type)}" if model.model_type is not None else "no model_type"
+    return (
+        f"MODEL_PATH's config.json has {shown}; the recipe's batch, lengths and memory defaults are tuned "
+        f"for Qwen3.5-35B-A3B ({QWEN3_5_MODEL_TYPE}): the layout and memory rules above still use this model's own "
+        "config, its training values are yours to check"
+    )
+
+
+def data_warning(settings: Settings, overrides: Sequence[str]) -> str | None:
+    """TRAIN_FILES names no file while `prepare-data` wrote another dataset under DATA_DIR (None otherwise)."""
+    train_files = Path(override_value(overrides, "data.train_files") or settings.resolved_train_files)
+    if os.path.lexists(train_files):
+        return None
+    try:
+        prepared = sorted(
+            child / PREPARED_TRAIN_FILE for child in settings.data_dir.iterdir() if (child / PREPARED_TRAIN_FILE).is_file()
+        )
+    except OSError:  # no DATA_DIR (yet), or unreadable: nothing was prepared there that plan can name
+        return None
+    if not prepared:
+        return None
+    found = ", ".join(printable(str(path)) for path in prepared[:3])
+    return (
+        f"TRAIN_FILES={printable(str(train_files))!r} does not exist, but prepare-data wrote {found}: "
+        "set TRAIN_FILES (and VAL_FILES) to the dataset to train on"
+    )
+
+
+def plan_warnings(settings: Settings, environ: Mapping[str, str], model: ModelSource, overrides: Sequence[str]) -> list[str]:
+    """Every warning above that applies, in the order the plan's lines come."""
+    found = [model_type_warning(model), data_warning(settings, overrides), wandb_warning(settings, overrides, environ)]
+    return [line for line in found if line is not None]

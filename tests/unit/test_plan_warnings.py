@@ -1,0 +1,157 @@
+"""What `plan` accepts but what would fail later gets one warning line each (recipe.plan_warnings, issue 43).
+
+wandb without a key (the logger value read by Hydra's own parser, generated), another model type than the tuned one
+(config.json read by the recipe's model loader), and data prepared where TRAIN_FILES does not point; each through
+build_plan into the plan's text and JSON as well.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recipe.models import QWEN3_5_MODEL_TYPE, load_architecture
+from recipe.plan import build_plan
+from recipe.plan_warnings import data_warning, model_type_warning, plan_warnings, wandb_warning
+from recipe.smoke import shipped_model_dir
+
+from .envtools import settings_of
+
+WANDB_LINE = (
+    "trainer.logger names wandb but WANDB_API_KEY is not set: wandb.init fails when the trainer starts; "
+    "set WANDB_API_KEY (the recipe then adds wandb itself), or WANDB_MODE=offline to log to files"
+)
+NO_KEY = settings_of()
+
+
+# --- wandb without a key ----------------------------------------------------------------------------------------------
+
+LOGGERS = st.lists(st.sampled_from(["console", "tensorboard", "wandb", "file", "mlflow", "wandbx", "swanlab"]), max_size=4)
+
+
+def _written(names: list[str], style: int) -> str:
+    """A logger list as users write it in an override: quoted or not, with or without blanks."""
+    if style == 0:
+        return "[" + ",".join(names) + "]"
+    if style == 1:
+        return "[" + ", ".join(f"'{n}'" for n in names) + "]"
+    return "[" + ",".join(f'"{n}"' for n in names) + "]"
+
+
+@settings(max_examples=60)
+@given(names=LOGGERS, style=st.integers(0, 2))
+def test_wandb_in_the_logger_list_without_a_key_warns_as_hydra_reads_the_list(names: list[str], style: int) -> None:
+    overrides = ["trainer.logger=['console','tensorboard']", f"trainer.logger={_written(names, style)}"]
+    expected = WANDB_LINE if "wandb" in names else None
+    assert wandb_warning(NO_KEY, overrides, {}) == expected
+
+
+def test_one_logger_name_alone_is_read_as_hydra_reads_it() -> None:
+    assert wandb_warning(NO_KEY, ["trainer.logger=wandb"], {}) == WANDB_LINE
+    assert wandb_warning(NO_KEY, ["trainer.logger=wandbx"], {}) is None
+
+
+@pytest.mark.parametrize(
+    ("environ", "values"),
+    [
+        ({}, {"WANDB_API_KEY": "k" * 40}),  # a key: the recipe adds wandb itself, and wandb.init has what it needs
+        ({"WANDB_MODE": "offline"}, {}),
+        ({"WANDB_MODE": " Disabled "}, {}),
+        ({"WANDB_MODE": "dryrun"}, {}),
+    ],
+)
+def test_a_key_or_a_keyless_mode_is_silent(environ: dict[str, str], values: dict[str, str]) -> None:
+    assert wandb_warning(settings_of(**values), ["trainer.logger=[console,wandb]"], environ) is None
+
+
+def test_no_logger_override_or_an_unparsable_one_is_silent() -> None:
+    assert wandb_warning(NO_KEY, [], {"WANDB_MODE": "online"}) is None
+    assert wandb_warning(NO_KEY, ["trainer.logger=[wandb"], {}) is None  # Hydra refuses it elsewhere, by name
+
+
+# --- another model type -----------------------------------------------------------------------------------------------
+
+
+def _model_with(tmp_path: Path, model_type: object) -> Path:
+    config = json.loads((shipped_model_dir() / "config.json").read_text())
+    if model_type is None:
+        config.pop("model_type", None)
+    else:
+        config["model_type"] = model_type
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_the_tuned_model_type_and_the_built_in_profile_are_silent(tmp_path: Path) -> None:
+    assert load_architecture(shipped_model_dir()).model_type == QWEN3_5_MODEL_TYPE
+    assert model_type_warning(load_architecture(shipped_model_dir())) is None
+    assert model_type_warning(load_architecture(tmp_path / "not-downloaded")) is None
+
+
+@pytest.mark.parametrize(
+    ("model_type", "shown"),
+    [
+        ("qwen3_moe", "model_type qwen3_moe"),
+        ("Qwen3_5_moe", "model_type Qwen3_5_moe"),  # transformers' names are lower case: another type
+        ("qwen3_5_moe\nerror: forged", "model_type qwen3_5_moe\\nerror: forged"),  # one line, whatever the file says
+        (7, "no model_type"),
+        (None, "no model_type"),
+    ],
+)
+def test_another_model_type_is_named_with_what_is_still_checked(tmp_path: Path, model_type: object, shown: str) -> None:
+    line = model_type_warning(load_architecture(_model_with(tmp_path, model_type)))
+    assert line == (
+        f"MODEL_PATH's config.json has {shown}; the recipe's batch, lengths and memory defaults are tuned for "
+        "Qwen3.5-35B-A3B (qwen3_5_moe): the layout and memory rules above still use this model's own config, its "
+        "training values are yours to check"
+    )
+
+
+# --- data prepared elsewhere ------------------------------------------------------------------------------------------
+
+
+def _prepared(data_dir: Path, name: str) -> Path:
+    (data_dir / name).mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1]}), data_dir / name / "train.parquet")
+    return data_dir / name / "train.parquet"
+
+
+def test_data_prepared_where_train_files_does_not_point_is_named(tmp_path: Path) -> None:
+    gsm8k = _prepared(tmp_path, "gsm8k")
+    settings_ = settings_of(DATA_DIR=str(tmp_path))
+    assert data_warning(settings_, []) == (
+        f"TRAIN_FILES='{tmp_path}/geo3k/train.parquet' does not exist, but prepare-data wrote {gsm8k}: "
+        "set TRAIN_FILES (and VAL_FILES) to the dataset to train on"
+    )
+    # Where TRAIN_FILES points at it (the setting, or data.train_files after `--`), nothing is said.
+    assert data_warning(settings_of(DATA_DIR=str(tmp_path), TRAIN_FILES=str(gsm8k)), []) is None
+    assert data_warning(settings_, [f"data.train_files='{gsm8k}'"]) is None
+
+
+def test_nothing_prepared_or_no_data_dir_is_silent(tmp_path: Path) -> None:
+    assert data_warning(settings_of(DATA_DIR=str(tmp_path)), []) is None
+    assert data_warning(settings_of(DATA_DIR=str(tmp_path / "absent")), []) is None
+    (tmp_path / "geo3k").mkdir()  # a folder without its train.parquet was not prepared
+    assert data_warning(settings_of(DATA_DIR=str(tmp_path)), []) is None
+
+
+# --- through the plan -------------------------------------------------------------------------------------------------
+
+
+def test_the_plan_states_its_warnings_in_text_and_json(tmp_path: Path) -> None:
+    _prepared(tmp_path / "data", "gsm8k")
+    values = {"DATA_DIR": str(tmp_path / "data"), "CHECKPOINT_DIR": str(tmp_path / "ck")}
+    plan = build_plan(settings_of(**values), {}, ["trainer.logger=[console,wandb]"])
+    assert plan.warnings == plan_warnings(plan.settings, {}, plan.model, plan.overrides)
+    assert len(plan.warnings) == 2 and plan.warnings[1] == WANDB_LINE
+    assert plan.to_dict()["warnings"] == plan.warnings
+    assert [line for line in plan.to_text().splitlines() if line.startswith("warning  ")][-2:] == [
+        f"warning  {line}" for line in plan.warnings
+    ]
+    assert build_plan(settings_of(CHECKPOINT_DIR=str(tmp_path / "ck")), {}).warnings == []

@@ -2,7 +2,7 @@
 
 Pure functions: nothing here reads the machine or starts anything. The values
 are upstream's tuned ones (verl examples/grpo_trainer/run_qwen3_5_35b_megatron.sh);
-each deliberate difference is listed in the README with its reason.
+each deliberate difference is listed in docs/upstream.md with its reason.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ def build_record(
         try:
             return compute()
         except FileRefused as error:
-            problems.append(f"{name}={str(shown)!r}: {error}; a run record hashes it (the bounds: README.md, Reproducibility)")
+            problems.append(f"{name}={str(shown)!r}: {error}; a run record hashes it (the bounds: docs/reproducibility.md)")
             return None
 
     secret_free = {k: v for k, v in settings_shown.items() if v != REDACTED}

@@ -170,14 +170,14 @@ class Settings(BaseSettings):
         None,
         description=(
             "Comma-separated fields whose change since the checkpoint's run started a resume accepts "
-            "(TRAIN_FILES, MODEL_PATH, FRAMEWORKS, RECIPE, IMAGE, a setting, or a Hydra key); see Reproducibility."
+            "(TRAIN_FILES, MODEL_PATH, FRAMEWORKS, RECIPE, IMAGE, a setting, or a Hydra key); see docs/reproducibility.md."
         ),
     )
     allow_upstream_issue: str | None = Field(
         None,
         description=(
             "Comma-separated upstream issues (e.g. vllm-ascend#10014) whose known failure a layout rule "
-            "should let you try anyway, say with a vllm-ascend that fixes it; see Layout rules."
+            "should let you try anyway, say with a vllm-ascend that fixes it; see docs/layout.md."
         ),
     )
     expandable_segments: bool = Field(

@@ -41,7 +41,7 @@ def needs(module: str, *, install: str) -> ModuleType:
     return importlib.import_module(module)
 
 
-#: The install steps the suites name (README, "Tests").
+#: The install steps the suites name (docs/testing.md, "What some tests need").
 TRAINER_EXTRA = "pip install -e '.[trainer]'"
 TEST_EXTRA = "pip install -e '.[test]'"
 MEGATRON_BRIDGE = "bash .ci/install-megatron-bridge.sh (docs/export.md)"

@@ -448,7 +448,7 @@ def test_every_check_gets_exactly_the_timeout_asked_for(tmp_path: Path, timeout:
 
 @pytest.mark.parametrize(("total", "status"), [(64 << 20, "warn"), ((1 << 30) - 1, "warn"), (1 << 30, "ok"), (64 << 30, "ok")])
 def test_shm_warns_under_the_documented_1_gib(monkeypatch: pytest.MonkeyPatch, total: int, status: str) -> None:
-    """README: `shm` (warn under 1 GiB); Docker's default is 64 MB, compose.yaml sets 64 GB."""
+    """docs/doctor.md: `shm` (warn under 1 GiB); Docker's default is 64 MB, compose.yaml sets 64 GB."""
     import shutil
     from collections import namedtuple
 

@@ -1,8 +1,8 @@
-"""Which checks `doctor` runs and the in-process ones: called directly, each against the README's words.
+"""Which checks `doctor` runs and the in-process ones: called directly, each against docs/doctor.md's words.
 
 The machine is stubbed where a real one would answer differently from node to node (the uid,
 free space, /dev/shm's size, installed distributions and their metadata, the cores): every
-expected reason below is written out by hand from README "doctor: check an image and a node",
+expected reason below is written out by hand from docs/doctor.md ("doctor: check an image and a node"),
 not copied from the module's tables.
 """
 
@@ -370,7 +370,7 @@ def test_a_volume_that_refuses_a_file_fails_naming_the_uid_and_the_error(
                                       "there (compose: shm_size; Kubernetes: a memory emptyDir)"))),
         (GIB - (1 << 20), 0, ("warn", ("/dev/shm is 1023 MiB: NCCL fails in Docker's default 64 MB and Ray's object store "
                                       "lives there (compose: shm_size; Kubernetes: a memory emptyDir)"))),
-        (GIB, GIB // 2, ("ok", "/dev/shm is 1.0 GiB (0.5 GiB free)")),  # README: warn under 1 GiB
+        (GIB, GIB // 2, ("ok", "/dev/shm is 1.0 GiB (0.5 GiB free)")),  # docs/doctor.md: warn under 1 GiB
         (64 * GIB, 60 * GIB, ("ok", "/dev/shm is 64.0 GiB (60.0 GiB free)")),
     ],
 )  # fmt: skip

@@ -2,8 +2,8 @@
 
 run_doctor is called in this process with the machine stubbed where it differs from node to
 node (settings, device detection, the driver, Python and the user) and with a plan of checks
-whose results are known, so that every printed line can be pinned exactly as README "doctor:
-check an image and a node" shows it. The real checks run in tests/unit/test_doctor.py.
+whose results are known, so that every printed line can be pinned exactly as docs/doctor.md ("doctor:
+check an image and a node") shows it. The real checks run in tests/unit/test_doctor.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The trainer's Hydra overrides hold upstream's tuned values, the recipe's own additions, and name who decides each.
 
 The oracle is verl's examples/grpo_trainer/run_qwen3_5_35b_megatron.sh (transcribed below by hand,
-in Hydra's grammar as the recipe writes it: strings quoted) and the README's "Differences from
-upstream's script"; the refusals and the workers' environment are what docs/settings.md promises.
-A value here changed without the README saying why is a silent retune of a 35B run.
+in Hydra's grammar as the recipe writes it: strings quoted) and docs/upstream.md ("Differences from
+upstream's script"); the refusals and the workers' environment are what docs/settings.md promises.
+A value here changed without docs/upstream.md saying why is a silent retune of a 35B run.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ UPSTREAM_BY_TARGET = {
     f"{ENV}VLLM_USE_V1": ("'1'", "'1'"),
     f"{ENV}CPU_AFFINITY_CONF": (None, "'1'"),
 }
-#: The recipe's own values, each a difference the README or launch.py's comments give a reason for.
+#: The recipe's own values, each a difference docs/upstream.md or launch.py's comments give a reason for.
 RECIPE = {
     # Packed sequences on both targets (upstream pads on gpu).
     "actor_rollout_ref.model.use_remove_padding": "True",

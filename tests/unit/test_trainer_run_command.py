@@ -1,7 +1,7 @@
 """`run` itself by direct calls (recipe.run.trainer.run_command): the checks before anything starts, the run record
 written first and copied into each new save, the Ray role that decides how the trainer starts, the smoke verdict.
 
-README (`run`, Reproducibility): exit 2 before anything starts when the machine is unfit or resuming is unsafe;
+README (`run`), docs/reproducibility.md: exit 2 before anything starts when the machine is unfit or resuming is unsafe;
 `run` writes the run record to <checkpoint root>/run-record.json and copies it into each global_step_N it saves
 (as soon as that save's HF export is checked, and at the end into saves without one); with PROFILE=smoke it prints
 the verdict, writes it beside the checkpoints and exits 4 when it fails. The machine here lacks an accelerator and

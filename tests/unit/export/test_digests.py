@@ -1,6 +1,6 @@
 """Bounded hashing and the hash cache by direct calls: what is hashed, what is refused with which line, what is cached.
 
-README ("Hashing is bounded"): a data file is hashed up to 64 GiB, a model file up to 1 GiB, and
+docs/reproducibility.md ("Hashing is bounded"): a data file is hashed up to 64 GiB, a model file up to 1 GiB, and
 nothing past the bound is read; anything not a regular file is refused by name. Data hashes are
 cached in $XDG_CACHE_HOME/grpo-recipe/sha256.json, keyed by path, size, mtime, ctime, inode and
 device, used only while the folder is this user's with mode 0700 and the file is this user's
@@ -70,7 +70,7 @@ needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="coun
 
 
 def test_the_bounds_are_the_documented_ones() -> None:
-    # README: data up to 64 GiB, a model file up to 1 GiB, "a file changed within the last second is not cached".
+    # docs/reproducibility.md: data up to 64 GiB, a model file up to 1 GiB, "a file changed within the last second is not cached".
     assert (MAX_DATA_BYTES, MAX_MODEL_FILE_BYTES, RACY_NS) == (64 * 2**30, 2**30, 10**9)
 
 

@@ -1,7 +1,7 @@
 """The drift guard by direct calls (recipe.provenance.drift and drift_problems): which fields drift, how each is
 named, and the exact line `plan` and `run` print for it.
 
-README (Reproducibility): drift in the data files, the model's files, the recipe or framework versions, the
+docs/reproducibility.md: drift in the data files, the model's files, the recipe or framework versions, the
 image's locks, the layout or a training setting is refused, exit 2, one line per field, e.g.
 
     error: TRAIN_FILES: 3f1c0a9e2b7d when the checkpoint's run started (.../run-record.json), 9a0e44c1d2f3 now;
@@ -30,7 +30,7 @@ SOURCE = Path("/ck/run-record.json")
 
 
 def _refusal(field: str, then: str, now: str, path: Path | None = SOURCE) -> str:
-    """The README's line, written out."""
+    """docs/reproducibility.md's line, written out."""
     return (
         f"{field}: {then} when the checkpoint's run started ({path}), {now} now; resuming would mix two runs: "
         f"restore it, start afresh with `trainer.resume_mode=disable` (in OVERRIDES, or after `--` of plan and run) "

@@ -1,7 +1,7 @@
 """The run record by direct calls (recipe.provenance.build_record and its parts): what it holds, what it hashes,
 what it refuses with which line, and that no secret reaches its settings.
 
-README (Reproducibility): the record holds the recipe and framework versions, inside an image its labels and
+docs/reproducibility.md: the record holds the recipe and framework versions, inside an image its labels and
 the sha256 of its locks, the sha256 of the model's config, tokenizer and processor files and safetensors index
 (not the weights), path, size, rows and sha256 of TRAIN_FILES and VAL_FILES, the layout, every Hydra override
 that shapes training, the oc.env reads, the files config keys name, and the settings with no secret; a larger
@@ -137,7 +137,7 @@ def test_each_model_file_present_is_hashed_and_the_weights_never(tmp_path: Path)
 
 
 def test_the_model_files_are_the_ones_that_decide_its_math_and_text() -> None:
-    # README: config.json, the tokenizer and processor files and the safetensors index; no weights, no README.
+    # docs/reproducibility.md: config.json, the tokenizer and processor files and the safetensors index; no weights, no README.
     for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
                  "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
                  "chat_template.json", "preprocessor_config.json", "video_preprocessor_config.json",
@@ -261,7 +261,7 @@ def test_an_override_is_its_key_without_the_hydra_prefix_and_its_value(override:
 
 
 #: Keys that say where files are, how often to save or validate, what to log and whether to resume: never drift
-#: (README: "a file that moved with the same content is no drift, nor are save and validation frequencies,
+#: (docs/reproducibility.md: "a file that moved with the same content is no drift, nor are save and validation frequencies,
 #: loggers or names"), nor where the workers write their logs under the checkpoint folder.
 NO_MATH = [
     "data.train_files", "data.val_files", "actor_rollout_ref.model.path", "trainer.default_local_dir",
@@ -439,7 +439,7 @@ def test_a_data_file_above_its_bound_is_one_line_naming_its_variable(tmp_path: P
     assert caught.value.problems == [
         (
             f"{variable}={str(big)!r}: {big}: 64.0 GiB, above the 64.0 GiB bound; a run record hashes it "
-            "(the bounds: README.md, Reproducibility)"
+            "(the bounds: docs/reproducibility.md)"
         )
     ]
 
@@ -453,7 +453,7 @@ def test_every_input_above_its_bound_is_named_at_once(tmp_path: Path) -> None:
     with pytest.raises(RecipeConfigError) as caught:
         build_record(**(inputs | {"train_files": big, "val_files": big,
                                   "referenced_files": {"reward.custom_reward_function.path": str(reward)}}))  # fmt: skip
-    tail = "; a run record hashes it (the bounds: README.md, Reproducibility)"
+    tail = "; a run record hashes it (the bounds: docs/reproducibility.md)"
     assert caught.value.problems == [
         f"MODEL_PATH={str(model)!r}: {model / 'tokenizer.json'}: 1.0 GiB, above the 1.0 GiB bound{tail}",
         f"TRAIN_FILES={str(big)!r}: {big}: 64.0 GiB, above the 64.0 GiB bound{tail}",

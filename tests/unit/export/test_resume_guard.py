@@ -69,7 +69,7 @@ def test_an_explicit_resume_choice_is_not_blocked(
 # Composing verl's config takes seconds; what the guard does with the composed trainer.resume_mode is
 # tested here against a stand-in of that composition (the hostile tests compose verl's own).
 
-#: The way out every refusal ends with (README, "Lenient export, checked"): pinned, since users grep for it.
+#: The way out every refusal ends with (docs/export.md, "In one paragraph"): pinned, since users grep for it.
 WAY_OUT = (
     "resume from a step you checked with the overrides `trainer.resume_mode=resume_path trainer.resume_from_path=<its "
     "global_step_N dir>` (in OVERRIDES, or after `--` of plan and run), start afresh with `trainer.resume_mode=disable` "

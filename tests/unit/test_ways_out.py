@@ -8,14 +8,11 @@ of the images' libraries reads (recipe/env_names.json, read out of the libraries
 
 from __future__ import annotations
 
-import ast
 import re
-from pathlib import Path
 
 from recipe.env_names import known_names
 from recipe.settings import Settings
-
-from .envtools import REPO
+from tests.support.recipe_strings import RECIPE, recipe_strings
 
 #: `set NAME`, `set the environment variable NAME`, or `NAME=` not inside a longer word, a path, a key or `${...}`.
 _NAMED = re.compile(
@@ -35,21 +32,12 @@ def named_variables(text: str) -> set[str]:
     return {match.group("set") or match.group("assign") for match in _NAMED.finditer(text)}
 
 
-def _strings(path: Path) -> list[str]:
-    return [
-        node.value
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-    ]
-
-
 def _named_in_recipe() -> dict[str, str]:
     """name -> a module that names it."""
     found: dict[str, str] = {}
-    for path in sorted((REPO / "recipe").rglob("*.py")):
-        for text in _strings(path):
-            for name in named_variables(text):
-                found.setdefault(name, str(path.relative_to(REPO)))
+    for path, text in recipe_strings():
+        for name in named_variables(text):
+            found.setdefault(name, str(path.relative_to(RECIPE.parent)))
     return found
 
 

@@ -90,7 +90,9 @@ class StoredRecord(_Strict):
 
 def _problem(error: ValidationError) -> str:
     first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(top)"
+    # A key of the record is part of the location, and the record may be hostile: a key's newline or control
+    # character is shown escaped (JSON's way), so that the message stays one line.
+    where = ".".join(json.dumps(part)[1:-1] if isinstance(part, str) else str(part) for part in first["loc"]) or "(top)"
     return f"{where}: {first['msg']}"
 
 

@@ -204,6 +204,9 @@ def test_a_record_without_a_schema_version_is_refused(tmp_path: Path) -> None:
         ({"training": {"lr": 1}}, "training.lr: Input should be a valid string"),
         ({"extra_overrides": "a=1"}, "extra_overrides: Input should be a valid list"),
         ({"referenced_files": {"k": {"path": "/c.py"}}}, "referenced_files.k.sha256: Field required"),
+        # A hostile key in the location is escaped: the message stays one line (hypothesis found "image.\n").
+        ({"image": {"\n": 1}}, "image.\\n: Extra inputs are not permitted"),
+        ({"training": {"a\u2028b\"": 1}}, 'training.a\\u2028b\\": Input should be a valid string'),
     ],
 )  # fmt: skip
 def test_a_record_not_of_the_schema_is_refused_naming_the_first_wrong_field(

@@ -114,6 +114,7 @@ MODULES = {
     "run/resume_guard": [f"{E}/test_resume_guard.py", f"{E}/test_resume_guard_hostile.py"],
     "run/trainer": [f"{U}/test_trainer_supervision.py", f"{U}/test_trainer_run_command.py"],
     "replay": [f"{E}/test_replay.py", f"{E}/test_replay_hostile.py"],
+    "replay_files": [f"{E}/test_replay.py", f"{E}/test_replay_hostile.py"],
     "run_length": [f"{U}/test_plan_launch_paths.py", f"{U}/test_progress.py"],
     # test_hostile_settings.py is left out, as for cluster/rules above.
     "settings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],

@@ -17,7 +17,8 @@ no module reaches itself):
     digests, record_file, provenance      the run record and its hashes
     checkpoint_tracker, run_length        where a resume starts and how long the run is
     plan                                  everything decided before anything starts
-    export, data, smoke, doctor, replay   the commands' own packages
+    export, data, smoke, doctor, replay   the commands' own packages (replay_files: the files replay
+                                          writes, one per reader)
     run (preflight, resume_guard,         `run` itself; cluster.ray_node/readiness/supervisors below it
       finish, progress, trainer)
     trainer_main                          the trainer's process: verl's main, ended with its own status

@@ -1,26 +1,28 @@
-"""`entrypoint.py replay RECORD`: a stored run record's settings as an env file, and what changed since.
+"""`entrypoint.py replay RECORD [--format shell|env-file]`: a stored run record's settings as a file, and what changed since.
 
-stdout is the env file: one `NAME=value` line per recipe setting the record holds, and comment
-lines. It is read the same by every documented reader: bash and dash (`set -a; . ./replay.env;
-set +a`), Compose's `env_file:` and `docker run --env-file`. Those disagree on quotes (docker
-keeps them), on `$` (Compose expands it) and on newlines, so a value is written only when it needs
-none of them; a record with any other value is refused (exit 2, naming the setting), never
-escaped. A record is input too (it travels between clusters and into tickets): only the settings
-model's own names are written, never a secret (a record holds them redacted, and sourcing
-`HF_TOKEN='**********'` would replace the real token), and a comment line never holds a newline.
+stdout is one file for one kind of reader (recipe/replay_files.py has the rules): `shell` (the
+default) for bash and dash, `set -a; . ./replay.sh; set +a`, which holds every value; `env-file` for
+`docker run --env-file` and Compose's `env_file:` with `format: raw`, which leaves out, as a comment
+line naming the setting and one `replay:` line on stderr, a value those readers cannot hold (a
+newline, a carriage return at its end, more than 4,096 characters). Each file holds one line per
+recipe setting the record holds, read back by its reader exactly, and comment lines. A record is
+input too (it travels between clusters and into tickets): only the settings model's own names are
+written, never a secret (a record holds them redacted, and sourcing `HF_TOKEN='**********'` would
+replace the real token), no value runs as code in its reader, and a comment line never holds a
+newline. A setting that is not a scalar (a list, an object) refuses the record (exit 2, naming it).
 Then `plan` with the record's extra overrides gives the record's argv. Each input that no longer
-matches the record (a data file, the model's files, a framework version) is one `replay:` line
-on stderr.
+matches the record (a data file, the model's files, a framework version) is one `replay:` line on
+stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
-import stat
 import shlex
+import stat
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from recipe.export.report import printable
 from recipe.help import add_command
 from recipe.provenance import drift, shown_name
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
+from recipe.replay_files import ENV_FILE, FORMATS, READERS, SHELL, UnwritableRecord, comment, setting_line
 from recipe.settings import SECRET_SETTINGS, Settings
 
 EXIT_OK, EXIT_CANNOT_READ = 0, 2
@@ -38,73 +41,71 @@ EXIT_OK, EXIT_CANNOT_READ = 0, 2
 #: would apply them twice).
 SETTINGS = frozenset(name.upper() for name in Settings.model_fields)
 REPLAYABLE = SETTINGS - SECRET_SETTINGS - {"ALLOW_DRIFT", "OVERRIDES"}
-#: The longest value or comment line written: docker's --env-file reader stops at a 64 KiB line.
-MAX_LINE = 4096
-#: Characters every reader takes literally, unquoted: no whitespace, quote, `$` (Compose expands it),
-#: `#` (a comment), `~` (bash expands it at the start), glob or control character.
-PLAIN_CHARACTERS = "letters, digits and _ . / : , @ % + = -"
-_PLAIN = re.compile(r"[A-Za-z0-9_./:,@%+=\-]*")
 
 
-class UnwritableRecord(ValueError):
-    """A record value that not every reader of the env file would read back the same."""
+@dataclass(frozen=True)
+class Replayed:
+    """One file replay writes: its lines, the record's keys that are not settings, the settings left out of it."""
+
+    lines: list[str]
+    not_settings: list[str]
+    #: One note per setting whose value this file's reader cannot hold (a comment line in the file too).
+    left_out: list[str]
 
 
 def add_replay_parser(commands: Any) -> None:
-    """Register `replay RECORD` on the CLI's subcommands."""
+    """Register `replay RECORD [--format shell|env-file]` on the CLI's subcommands."""
     replay = add_command(
         commands, "replay",
-        summary="print a stored run record's settings as an env file, and which inputs changed since",
+        summary="print a stored run record's settings as a shell file or an env-file, and which inputs changed since",
         description="Read RECORD (a run-record.json that `run` wrote to the checkpoint root or a global_step_N, "
-        "or the directory holding one) and print its settings as NAME=value lines, secrets never included, so "
-        "that `plan` with them gives the record's trainer command; the extra overrides it ran with follow as a "
-        "comment. Then compare the inputs the record names (data files, the model's files, the framework "
-        "versions) with what is there now: one `replay:` line on stderr for each that changed.",
-        exit_codes={0: "printed (changes, if any, on stderr)", 2: "RECORD is not a readable run record"},
-        examples=["entrypoint.py replay /checkpoints/p/e/global_step_40 > replay.env"],
-    )
+        "or the directory holding one) and print its settings, secrets never included, as a file for one reader, "
+        "so that `plan` with them gives the record's trainer command; the extra overrides it ran with follow as a "
+        "comment. Each value is written so that its reader gets it back exactly; a value the env-file cannot hold "
+        "(a newline) is left out of it as a comment naming the setting, and said on stderr. Then compare the "
+        "inputs the record names (data files, the model's files, the framework versions) with what is there now: "
+        "one `replay:` line on stderr for each that changed.",
+        exit_codes={0: "printed (changes and values left out, if any, on stderr)", 2: "RECORD is not a readable run record"},
+        examples=[
+            "entrypoint.py replay /checkpoints/p/e/global_step_40 > replay.sh",
+            "entrypoint.py replay --format env-file /checkpoints/p/e/global_step_40 > replay.env",
+        ],
+    )  # fmt: skip
     replay.add_argument("record", type=Path, metavar="RECORD")
+    replay.add_argument(
+        "--format", choices=FORMATS, default=SHELL,
+        help=f"the reader the file is for: {SHELL} (the default) {READERS[SHELL]}; {ENV_FILE} {READERS[ENV_FILE]}",
+    )  # fmt: skip
 
 
-def env_line(name: str, value: Any) -> str:
-    """NAME=value for every reader of the env file; raises UnwritableRecord naming the setting otherwise."""
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, (int, float, str)):
-        text = str(value)
-    else:
-        raise UnwritableRecord(f"{name}: a {type(value).__name__} in the record, not a setting's value")
-    if len(text) > MAX_LINE:
-        raise UnwritableRecord(
-            f"{name}: a value of {len(text)} characters, not written (at most {MAX_LINE}: docker's --env-file "
-            "reader refuses a line of 64 KiB); set it by hand"
-        )
-    if not _PLAIN.fullmatch(text):
-        raise UnwritableRecord(
-            f"{name}={printable(text)!r}: not written, since bash, dash, Compose's env_file and docker's --env-file "
-            f"would not all read it back the same (plain values only: {PLAIN_CHARACTERS}); set it by hand"
-        )
-    return f"{name}={text}"
-
-
-def _comment(text: str) -> str:
-    """One comment line, whatever `text` holds (a newline would start a line of its own), at most MAX_LINE long."""
-    shown = printable(text)
-    return "# " + (shown if len(shown) <= MAX_LINE else shown[: MAX_LINE - 60] + " ... (cut here: the record holds it all)")
-
-
-def replay_lines(record: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
-    """(the env file's lines, the record's keys left out as not settings); raises UnwritableRecord."""
+def replay_lines(record: dict[str, Any], path: Path, form: str = SHELL) -> Replayed:
+    """The file of FORM for a record read from PATH; raises UnwritableRecord."""
     settings = record.get("settings")
     extra = record.get("extra_overrides", [])
     if not isinstance(settings, dict) or not isinstance(extra, list):
         raise UnwritableRecord("settings must be an object and extra_overrides a list")
-    lines = [_comment(f"settings of the run recorded in {path} (recipe {record.get('recipe_version')})")]
-    left_out = sorted(shown_name(str(name)) for name in settings if name not in SETTINGS)
-    lines += [env_line(name, value) for name, value in sorted(settings.items()) if name in REPLAYABLE and value is not None]
+    lines = [
+        comment(f"settings of the run recorded in {path} (recipe {record.get('recipe_version')})"),
+        comment(READERS[form]),  # the two files look alike: each says which reader it is for
+    ]
+    not_settings = sorted(shown_name(str(name)) for name in settings if name not in SETTINGS)
+    written = [setting_line(name, value, form) for name, value in sorted(settings.items())
+               if name in REPLAYABLE and value is not None]  # fmt: skip
+    lines += [line for line, _ in written]
     if extra:
-        lines.append(_comment("run with: entrypoint.py run -- " + " ".join(shlex.quote(str(o)) for o in extra)))
-    return lines, left_out
+        lines.append(comment("run with: entrypoint.py run -- " + " ".join(shlex.quote(str(o)) for o in extra)))
+    return Replayed(lines, not_settings, [note for _, note in written if note is not None])
+
+
+def _emit(text: str) -> None:
+    """TEXT on stdout as UTF-8 whatever the locale: docker's reader refuses other bytes, a shell passes them on."""
+    binary = getattr(sys.stdout, "buffer", None)
+    if binary is None:  # a text-only stream (io.StringIO): nothing to encode
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    binary.write(text.encode("utf-8"))
+    binary.flush()
 
 
 def run_replay(args: argparse.Namespace, now: dict[str, Any] | None = None) -> int:
@@ -123,13 +124,15 @@ def run_replay(args: argparse.Namespace, now: dict[str, Any] | None = None) -> i
         print(f"error: RECORD={shown!r}: no {RECORD_NAME} there", file=sys.stderr)
         return EXIT_CANNOT_READ
     try:
-        lines, left_out = replay_lines(record, path)
+        replayed = replay_lines(record, path, args.format)
     except UnwritableRecord as error:
         print(f"error: RECORD={shown!r}: {error}", file=sys.stderr)
         return EXIT_CANNOT_READ
-    print("\n".join(lines))
-    if left_out:
-        print(f"replay: not settings, left out: {', '.join(left_out)}", file=sys.stderr)
+    _emit("\n".join(replayed.lines) + "\n")
+    if replayed.not_settings:
+        print(f"replay: not settings, left out: {', '.join(replayed.not_settings)}", file=sys.stderr)
+    for note in replayed.left_out:  # stdout is a file: said here too, or nobody sees it
+        print(printable(f"replay: {note}"), file=sys.stderr)
     if now is None:
         now, not_compared = _current_inputs(record, _owner(path))
         for line in not_compared:
@@ -179,7 +182,12 @@ def _current_inputs(record: dict[str, Any], owner: int) -> tuple[dict[str, Any],
     """
     # lazy: hashing and the versions are needed only for a record's inputs, and read at call time
     from recipe import __version__
-    from recipe.digests import MAX_DATA_BYTES, MAX_MODEL_FILE_BYTES, FileRefused, sha256_file
+    from recipe.digests import (
+        MAX_DATA_BYTES,
+        MAX_MODEL_FILE_BYTES,
+        FileRefused,
+        sha256_file,
+    )
     from recipe.provenance import MODEL_FILES, installed_versions
 
     not_compared: list[str] = []

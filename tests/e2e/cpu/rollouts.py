@@ -10,6 +10,13 @@ verl/trainer/ppo/v1/agent_loop_tq.py:121-127); the seed is made from those, so i
 any run that reaches that step with the same data order, and differs between the samples of one
 prompt (one seed for all of them would make them identical: every GRPO advantage 0). The
 batch order (the dataset rows of each step) is logged for the resume tests.
+
+The samples reach the actor in the order they finished: verl 0.9.1's replay buffer lists a step's
+trajectories as TransferQueue received them (verl/trainer/ppo/v1/replay_buffer.py _materialize_batch),
+and that order changes from run to run. Every sum over the batch follows it (the micro-batches'
+gradient accumulation, GRPO's group means, the metrics), so two runs of the same tokens differed in the
+last bits. The batch is put back in submission order: the prompt's place in the step (the dataloader's
+order), then the sample's session and index.
 """
 
 from __future__ import annotations
@@ -53,3 +60,36 @@ def _seeded_samples(module: types.ModuleType) -> None:
     module.get_trajectory_info = get_trajectory_info
     worker._run_agent_loop = _run_agent_loop
     log("agent loop: one vLLM seed per training sample (step, row, place in group)")
+
+
+#: The log line of each step's batch order: where verl's replay buffer had each sample, in submission order.
+ORDER_LINE = "training batch order: arrival {arrival} -> submission order"
+
+
+def submission_place(key: str, prompt_order: dict[str, int]) -> tuple[int, int, int]:
+    """(the prompt's place in the step's batch, its sample's session, the sample's index) for a trajectory key.
+
+    verl 0.9.1 keys a trajectory `{uid}_{session_id}_{i}` (verl/trainer/ppo/v1/agent_loop_tq.py); the uid is a fresh
+    uuid4 each run, so its place among the step's prompts (the dataloader's order) is what two runs share.
+    """
+    uid, session, index = key.rsplit("_", 2)
+    return prompt_order.get(uid, len(prompt_order)), int(session), int(index)
+
+
+@after_import("verl.trainer.ppo.v1.replay_buffer")
+def _batches_in_submission_order(module: types.ModuleType) -> None:
+    buffer = module.ReplayBuffer
+    original = buffer._materialize_batch
+
+    def _materialize_batch(self: Any, partition_id: str, selected: list[str], snapshot: dict[str, dict]) -> Any:
+        # The trainer registers a step's prompts in dataloader order (trainer_base.py _submit_batch_to_rollout);
+        # TransferQueue lists keys as they arrived, so this dict holds them in that order.
+        prompt_order = {uid: place for place, uid in enumerate(self.prompt_global_steps[partition_id])}
+        meta = original(self, partition_id, selected, snapshot)
+        order = sorted(range(len(meta.keys)), key=lambda i: submission_place(meta.keys[i], prompt_order))
+        log(ORDER_LINE.format(arrival=order))
+        meta.reorder(order)
+        return meta
+
+    buffer._materialize_batch = _materialize_batch
+    log("replay buffer: each training batch in submission order (prompt, session, index), not arrival order")

@@ -43,10 +43,11 @@ def _loggers(value: str) -> list[str]:
 
 def wandb_warning(settings: Settings, overrides: Sequence[str], environ: Mapping[str, str]) -> str | None:
     """wandb logging asked for with no key to log with (None when there is one, or no wandb)."""
-    value = override_value(overrides, "trainer.logger")
-    if value is None or "wandb" not in _loggers(value):
-        return None
     if settings.wandb_api_key is not None or environ.get("WANDB_MODE", "").strip().lower() in WANDB_KEYLESS_MODES:
+        return None
+    value = override_value(overrides, "trainer.logger")
+    # Hydra parses the list only where wandb may be in it: `plan` imports no Hydra for the recipe's own loggers.
+    if value is None or "wandb" not in value or "wandb" not in _loggers(value):
         return None
     return (
         "trainer.logger names wandb but WANDB_API_KEY is not set: wandb.init fails when the trainer starts; "

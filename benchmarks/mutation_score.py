@@ -90,7 +90,7 @@ MODULES = {
     "layout": [f"{U}/test_layout.py"],
     "memory_fit": [f"{U}/test_memory_fit.py", f"{U}/test_memory_fit_terms.py", f"{U}/test_memory_fit_verdicts.py",
                    f"{U}/test_memory_fit_workload.py", f"{U}/test_plan_workload_values.py"],
-    "memory_workload": [f"{U}/test_memory_fit_workload.py", f"{U}/test_plan_workload_values.py"],
+    "memory_workload": [f"{U}/test_memory_fit_workload.py", f"{U}/test_plan_workload_values.py", f"{U}/test_memory_fit.py"],
     "model_sizes": [f"{U}/test_model_sizes.py", f"{U}/test_model_sizes_edges.py"],
     "models": [f"{U}/test_models.py", f"{U}/test_layout.py", f"{U}/test_models_config_json.py"],
     "plan": [f"{U}/test_plan_orchestration.py", f"{U}/test_plan_workload_values.py"],

@@ -76,6 +76,7 @@ def test_a_name_that_leaves_checkpoint_dir_is_one_exact_line(clean_env: pytest.M
         ("PROFILE", "tiny", "must be one of 'full', 'smoke' or 'bench'"),
         ("EXPORT_STRICT", "strict", "must be true or false"),
         ("TEST_FREQ", "-2", "must be a positive number of steps, or -1 to disable"),
+        ("DEVICE_MEMORY_GIB", "abc", "must be a number"),
         ("DEVICE_MEMORY_GIB", "inf", "must be a finite number"),
         ("PEAK_TFLOPS", "0", "must be a positive number"),
         ("PEAK_TFLOPS", "1e6", "must be at most 100000"),

@@ -17,7 +17,7 @@ from hypothesis import given, strategies as st
 
 from recipe.env_warnings import allow_drift_warnings, env_file_problems, near_miss_warnings
 from recipe.errors import RecipeConfigError
-from recipe.settings import REDACTED, Settings, load_settings, path_component_problem
+from recipe.settings import REDACTED, Settings, _describe_error, load_settings, path_component_problem
 
 from .envtools import HANG_GUARD_S
 
@@ -342,3 +342,34 @@ def _lines_for(values: dict[str, str]) -> list[str]:
         except RecipeConfigError as error:
             return list(error.problems)
     return []
+
+
+# --- the describer's every rule, as pydantic reports it ------------------------------------------------------------
+# Settings' own bounds today are `gt=0` and whole `ge`/`le`; the describer words any bound pydantic gives (a fractional
+# one, a non-zero `gt`), so that a setting added with one still gets the line this file pins. Pydantic's error dicts
+# are given here as pydantic makes them (type, ctx), for a setting of each kind.
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        ({"loc": ("tp",), "type": "greater_than", "ctx": {"gt": 5}, "msg": ""}, "TP='7': must be greater than 5"),
+        ({"loc": ("tp",), "type": "greater_than", "ctx": {"gt": 0.25}, "msg": ""}, "TP='7': must be greater than 0.25"),
+        ({"loc": ("tp",), "type": "greater_than", "ctx": {"gt": 0}, "msg": ""}, "TP='7': must be a positive whole number"),
+        ({"loc": ("device_memory_gib",), "type": "greater_than", "ctx": {"gt": 0}, "msg": ""},
+         "DEVICE_MEMORY_GIB='7': must be a positive number"),
+        ({"loc": ("tp",), "type": "greater_than_equal", "ctx": {"ge": 1.5}, "msg": ""}, "TP='7': must be at least 1.5"),
+        ({"loc": ("tp",), "type": "greater_than_equal", "ctx": {"ge": 4096.0}, "msg": ""}, "TP='7': must be at least 4096"),
+        ({"loc": ("tp",), "type": "less_than_equal", "ctx": {"le": 2**31 - 1}, "msg": ""},
+         "TP='7': must be at most 2147483647"),
+        ({"loc": ("tp",), "type": "less_than_equal", "ctx": {"le": 1e-3}, "msg": ""}, "TP='7': must be at most 0.001"),
+        ({"loc": ("tp",), "type": "less_than_equal", "ctx": {"le": 1e-5}, "msg": ""}, "TP='7': must be at most 1e-05"),
+        # As people write it: 0.3, not the float's 0.30000000000000004.
+        ({"loc": ("tp",), "type": "greater_than_equal", "ctx": {"ge": 0.1 + 0.2}, "msg": ""}, "TP='7': must be at least 0.3"),
+        ({"loc": ("device_memory_gib",), "type": "float_type", "msg": ""}, "DEVICE_MEMORY_GIB='7': must be a number"),
+        ({"loc": ("tp",), "type": "int_type", "msg": ""}, "TP='7': must be a whole number"),
+        ({"loc": ("tp",), "type": "value_error", "msg": "Value error, must divide 16"}, "TP='7': must divide 16"),
+    ],
+)  # fmt: skip
+def test_the_describer_words_every_bound_pydantic_gives(error: dict[str, object], line: str) -> None:
+    assert _describe_error(error, {"TP": "7", "device_memory_gib": "7"}) == line

@@ -267,6 +267,16 @@ def override_value(overrides: Sequence[str], key: str) -> str | None:
     return None
 
 
+def planned_checkpoint_root(settings: Settings, overrides: Sequence[str]) -> Path:
+    """Where the trainer saves: the overrides' trainer.default_local_dir (one after `--` included), else the setting's."""
+    return Path(override_value(overrides, "trainer.default_local_dir") or checkpoint_root(settings))
+
+
+def planned_training_file(settings: Settings, overrides: Sequence[str]) -> Path:
+    """The training parquet the trainer reads: the overrides' data.train_files (one after `--` included), else TRAIN_FILES."""
+    return Path(override_value(overrides, "data.train_files") or settings.resolved_train_files)
+
+
 def resume_mode_problem(value: Any) -> str | None:
     """Why a composed `trainer.resume_mode`, read unresolved, is not one the resume guard can vouch for (None when it is).
 

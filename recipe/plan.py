@@ -24,8 +24,9 @@ from recipe.image_facts import image_info_dir, read_labels
 from recipe.launch import (
     Override,
     build_overrides,
-    checkpoint_root,
     override_value,
+    planned_checkpoint_root,
+    planned_training_file,
     runtime_environment,
     trainer_argv,
 )
@@ -249,7 +250,7 @@ def build_plan(
 
 def _resume(settings: Settings, overrides: Sequence[str], drift_accepted: Sequence[str]) -> dict[str, Any]:
     """Where the trainer will start (recipe.run_length), with the drift guard's verdict, for `plan` to state."""
-    root = Path(override_value(overrides, "trainer.default_local_dir") or checkpoint_root(settings))
+    root = planned_checkpoint_root(settings, overrides)
     try:
         point = resume_point(
             override_value(overrides, "trainer.resume_mode"), override_value(overrides, "trainer.resume_from_path"), root, None
@@ -281,7 +282,7 @@ def _data_note(settings: Settings, overrides: Sequence[str]) -> str | None:
         # lazy: the bench profile's modules, only with PROFILE=bench
         from recipe.bench import bench_data_note, bench_rows
 
-        train_file = Path(override_value(overrides, "data.train_files") or settings.resolved_train_files)
+        train_file = planned_training_file(settings, overrides)
         steps = int(override_value(overrides, "trainer.total_training_steps") or 0)
         rows = bench_rows(train_file, settings.checkpoint_dir, settings.train_batch_size, steps)
         return None if rows is None else bench_data_note(steps, *rows)
@@ -338,7 +339,7 @@ def _data_file_problems(settings: Settings) -> list[str]:
 
 def _checkpoint_root_problems(settings: Settings, overrides: Sequence[str]) -> list[str]:
     """Why the run could not write into its checkpoint root: a part of its path that exists and is no directory."""
-    root = Path(override_value(overrides, "trainer.default_local_dir") or checkpoint_root(settings))
+    root = planned_checkpoint_root(settings, overrides)
     for part in (root, *root.parents):
         if os.path.lexists(part):
             if not part.is_dir():
@@ -354,7 +355,7 @@ def _drift_guard(settings: Settings, overrides: Sequence[str], record: dict[str,
     """Compare with the record of the run verl would resume; refuse drift (exit 2), return what ALLOW_DRIFT accepted."""
     if override_value(overrides, "trainer.resume_mode") != "auto":
         return []  # a fresh start, or a step the user picked with resume_path
-    root = Path(override_value(overrides, "trainer.default_local_dir") or checkpoint_root(settings))
+    root = planned_checkpoint_root(settings, overrides)
     if not os.path.lexists(root / TRACKER_NAME):
         return []  # nothing to resume: verl starts afresh
     try:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from recipe.export.report import printable
-from recipe.launch import override_value
+from recipe.launch import override_value, planned_training_file
 from recipe.models import QWEN3_5_MODEL_TYPE, ModelSource
 from recipe.settings import Settings
 from recipe.user_overrides import hydra_override_parser
@@ -69,7 +68,7 @@ def model_type_warning(model: ModelSource) -> str | None:
 
 def data_warning(settings: Settings, overrides: Sequence[str]) -> str | None:
     """TRAIN_FILES names no file while `prepare-data` wrote another dataset under DATA_DIR (None otherwise)."""
-    train_files = Path(override_value(overrides, "data.train_files") or settings.resolved_train_files)
+    train_files = planned_training_file(settings, overrides)
     if os.path.lexists(train_files):
         return None
     try:

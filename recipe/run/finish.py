@@ -20,7 +20,7 @@ from pathlib import Path
 from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
 from recipe.read_back import FileRefused, read_json
 from recipe.export.watch import HF_SUBDIRS, MANIFEST, MAX_REPORT_BYTES, REPORT_NAME, HFExport, check_export
-from recipe.launch import checkpoint_root, override_value
+from recipe.launch import override_value, planned_checkpoint_root, planned_training_file
 from recipe.plan import Plan
 from recipe.run_length import StepTotal, total_steps
 
@@ -43,7 +43,7 @@ class FinalSave:
 def planned_total(plan: Plan) -> StepTotal | None:
     """The run's planned number of steps, as `plan` and the progress lines count it."""
     settings = plan.settings
-    train_file = Path(override_value(plan.overrides, "data.train_files") or settings.resolved_train_files)
+    train_file = planned_training_file(settings, plan.overrides)
     return total_steps(override_value(plan.overrides, "trainer.total_training_steps"), train_file,
                        settings.train_batch_size, settings.total_epochs)  # fmt: skip
 
@@ -79,7 +79,7 @@ def final_save(plan: Plan) -> FinalSave | None:
     if override_value(plan.overrides, "trainer.resume_mode") != "auto":
         return None
     total = planned_total(plan)
-    root = Path(override_value(plan.overrides, "trainer.default_local_dir") or checkpoint_root(plan.settings))
+    root = planned_checkpoint_root(plan.settings, plan.overrides)
     try:
         tracked = tracked_step_dir(root)
     except ResumeCheckError:

@@ -31,6 +31,8 @@ from recipe.launch import (
     METRICS_VARIABLE,
     checkpoint_root,
     override_value,
+    planned_checkpoint_root,
+    planned_training_file,
 )
 from recipe.plan import Plan
 from recipe.record_file import copy_into_new_steps, record_bytes, write_record
@@ -160,7 +162,7 @@ def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
 
 def _training_file(plan: Plan) -> Path:
     """The training parquet the trainer reads: the plan's data.train_files (an override after `--` included)."""
-    return Path(override_value(plan.overrides, "data.train_files") or plan.settings.resolved_train_files)
+    return planned_training_file(plan.settings, plan.overrides)
 
 
 def _warn_about_prompt_budget(plan: Plan) -> None:
@@ -280,7 +282,7 @@ def write_run_report(plan: Plan, code: int) -> RunReport | None:
     inputs = ReportInputs(code, plan.layout.world_size, sizes.active_per_token if sizes else None,
                           device_peak(plan.device.name, plan.settings.peak_tflops), plan.memory)  # fmt: skip
     report = build_report(metrics, inputs)
-    target = Path(override_value(plan.overrides, "trainer.default_local_dir") or checkpoint_root(plan.settings)) / REPORT_FILE
+    target = planned_checkpoint_root(plan.settings, plan.overrides) / REPORT_FILE
     try:
         text = (report.to_json() + "\n").encode()
         target.parent.mkdir(parents=True, exist_ok=True)  # a run that failed before its first save made no root

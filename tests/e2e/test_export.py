@@ -91,8 +91,6 @@ def test_the_export_carries_the_trained_vision_tower_and_transformers_runs_an_im
 
 #: A path below a step in the recipe's messages and help (global_step_N/..., global_step_20/...).
 _BELOW_A_STEP = re.compile(r"global_step_(?:N|<N>|[0-9]+|\{[^}]*\})/(?P<below>[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)")
-#: Paths the recipe names that verl 0.9.1 does not write, and why they are named.
-NOT_WRITTEN_BY_0_9_1 = {"actor/huggingface": "older verl's HF export folder, which the watcher still reads (HF_SUBDIRS)"}
 
 
 def test_every_path_below_a_step_the_recipe_names_is_one_verl_wrote(e2e: E2ERun) -> None:
@@ -105,5 +103,5 @@ def test_every_path_below_a_step_the_recipe_names_is_one_verl_wrote(e2e: E2ERun)
     }
     assert "actor/model/huggingface" in named and "actor/ckpt_contents.json" in named, sorted(named)
     step = e2e.step_dir(2)
-    missing = sorted(path for path in named - set(NOT_WRITTEN_BY_0_9_1) if not (step / path).exists())
+    missing = sorted(path for path in named if not (step / path).exists())
     assert missing == [], f"named by the recipe, not written by verl under {step}: {missing}"

@@ -21,6 +21,7 @@ from recipe.device import Device
 from recipe.errors import RecipeConfigError
 from recipe.hydra_text import hydra_string, hydra_value, literal_problem  # noqa: F401 - hydra_string: part of launch's API
 from recipe.layout import DYNAMIC_BATCHING, ParallelLayout
+from recipe.run_length import StepTotal, total_steps
 from recipe.settings import Settings
 
 #: verl.trainer.main_ppo, run through the recipe so that its exit status is the run's (recipe.trainer_main).
@@ -275,6 +276,16 @@ def planned_checkpoint_root(settings: Settings, overrides: Sequence[str]) -> Pat
 def planned_training_file(settings: Settings, overrides: Sequence[str]) -> Path:
     """The training parquet the trainer reads: the overrides' data.train_files (one after `--` included), else TRAIN_FILES."""
     return Path(override_value(overrides, "data.train_files") or settings.resolved_train_files)
+
+
+def planned_step_total(settings: Settings, overrides: Sequence[str]) -> StepTotal | None:
+    """The run's planned number of steps, the one count of `plan`, the progress lines and `run`'s finish check.
+
+    `trainer.total_training_steps` when an override sets it, else the rows of the training file the
+    trainer reads (planned_training_file) over the batch, times the epochs; None when neither tells.
+    """
+    return total_steps(override_value(overrides, "trainer.total_training_steps"),
+                       planned_training_file(settings, overrides), settings.train_batch_size, settings.total_epochs)
 
 
 def resume_mode_problem(value: Any) -> str | None:

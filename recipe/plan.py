@@ -26,6 +26,7 @@ from recipe.launch import (
     build_overrides,
     override_value,
     planned_checkpoint_root,
+    planned_step_total,
     planned_training_file,
     runtime_environment,
     trainer_argv,
@@ -36,9 +37,9 @@ from recipe.memory_workload import EstimateSkipped, length_problems, workload_fr
 from recipe.models import ModelSource, load_architecture
 from recipe.plan_warnings import plan_warnings
 from recipe.profiles import profile_overrides, profile_problems
-from recipe.run_length import resume_point, total_steps
-from recipe.provenance import REWARD_FUNCTION_KEY, build_record, drift_problems
-from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
+from recipe.run_length import resume_point
+from recipe.provenance import build_record, drift_problems
+from recipe.record_file import RECORD_NAME, REWARD_FUNCTION_KEY, UnreadableRecord, read_record
 from recipe.settings import Settings
 from recipe.user_overrides import (
     check_user_overrides,
@@ -260,9 +261,7 @@ def _resume(settings: Settings, overrides: Sequence[str], drift_accepted: Sequen
         text = f"cannot tell: {printable(str(error))} (run refuses to start until it can)"
         return {"action": "unknown", "reason": text, "text": text}
     if point.step is not None:
-        total = total_steps(override_value(overrides, "trainer.total_training_steps"), settings.resolved_train_files,
-                            settings.train_batch_size, settings.total_epochs)  # fmt: skip
-        point = replace(point, total=total)
+        point = replace(point, total=planned_step_total(settings, overrides))
     document = point.to_dict()
     if point.step is not None and override_value(overrides, "trainer.resume_mode") == "auto":
         records = [root / RECORD_NAME, point.path / RECORD_NAME] if point.path else [root / RECORD_NAME]

@@ -26,7 +26,7 @@ from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
 from recipe.hydra_text import override_hint
 from recipe.image_facts import distribution_version, image_info_dir, lock_digests, read_labels
-from recipe.record_file import REWARD_FUNCTION_KEY, SCHEMA_VERSION
+from recipe.record_file import SCHEMA_VERSION
 from recipe.settings import REDACTED
 
 #: Distributions whose installed versions the record holds (null when absent).

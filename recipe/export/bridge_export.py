@@ -216,8 +216,8 @@ def export_latest(
         raise ExportError(f"{out_dir}: not empty (an export never mixes with older files)")
     try:
         import torch  # lazy: torch is heavy or absent where this module is imported; loaded only here
-        # lazy: megatron is heavy or absent where this module is imported; loaded only here
-        from megatron.bridge import AutoBridge
+        # lazy: megatron is heavy or absent where this module is imported; loaded here to refuse early
+        from megatron.bridge import AutoBridge  # noqa: F401 - only whether it loads; _write_export uses it
     except Exception as error:  # noqa: BLE001 - any failure to load is the same answer: not here
         # Megatron-Bridge 0.6.2 needs Python >= 3.12 (typing.override) and its GPU stack; a
         # development venv on 3.11 has neither. One line, not the import's traceback.

@@ -20,9 +20,9 @@ from pathlib import Path
 from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
 from recipe.read_back import FileRefused, read_json
 from recipe.export.watch import HF_SUBDIRS, MANIFEST, MAX_REPORT_BYTES, REPORT_NAME, HFExport, check_export
-from recipe.launch import override_value, planned_checkpoint_root, planned_training_file
+from recipe.launch import override_value, planned_checkpoint_root, planned_step_total
 from recipe.plan import Plan
-from recipe.run_length import StepTotal, total_steps
+from recipe.run_length import StepTotal
 
 logger = logging.getLogger("recipe")
 
@@ -38,14 +38,6 @@ class FinalSave:
     def describe(self) -> str:
         """`step 20 of 20, saved under ... (HF export complete)`."""
         return f"step {self.step} of {self.total}, saved under {self.root} (HF export {self.export_status})"
-
-
-def planned_total(plan: Plan) -> StepTotal | None:
-    """The run's planned number of steps, as `plan` and the progress lines count it."""
-    settings = plan.settings
-    train_file = planned_training_file(settings, plan.overrides)
-    return total_steps(override_value(plan.overrides, "trainer.total_training_steps"), train_file,
-                       settings.train_batch_size, settings.total_epochs)  # fmt: skip
 
 
 def _report_status(report: Path) -> str | None:
@@ -78,7 +70,7 @@ def final_save(plan: Plan) -> FinalSave | None:
     """
     if override_value(plan.overrides, "trainer.resume_mode") != "auto":
         return None
-    total = planned_total(plan)
+    total = planned_step_total(plan.settings, plan.overrides)
     root = planned_checkpoint_root(plan.settings, plan.overrides)
     try:
         tracked = tracked_step_dir(root)

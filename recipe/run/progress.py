@@ -24,8 +24,6 @@ from recipe.run_length import StepTotal
 
 logger = logging.getLogger("recipe")
 
-REWARD_TAG = REWARD
-STEP_SECONDS_TAG = STEP_SECONDS
 #: A step time past this (a year) is no time of a step: left out of the ETA.
 MAX_STEP_SECONDS = 365 * 86400.0
 #: How often the event files are read again.
@@ -98,11 +96,11 @@ def progress_line(
     """`step 3 of about 120, reward 0.412, 95.2 s/step (gen 14.0, old 7.3, update 70.1, sync 0.2), 29.4 tokens/s/device,
     ETA 3h05m`: the parts verl logged, n/a where not finite."""
     parts = [f"step {step}" + (f" of {total}" if total else "")]
-    if REWARD_TAG in metrics:
-        parts.append(f"reward {_shown(metrics[REWARD_TAG], '.3f')}")
-    if STEP_SECONDS_TAG in metrics:
+    if REWARD in metrics:
+        parts.append(f"reward {_shown(metrics[REWARD], '.3f')}")
+    if STEP_SECONDS in metrics:
         split = [f"{PHASE_SHORT[label]} {_shown(metrics[tag], '.1f')}" for label, tag in PHASES.items() if tag in metrics]
-        parts.append(f"{_shown(metrics[STEP_SECONDS_TAG], '.1f')} s/step" + (f" ({', '.join(split)})" if split else ""))
+        parts.append(f"{_shown(metrics[STEP_SECONDS], '.1f')} s/step" + (f" ({', '.join(split)})" if split else ""))
     if THROUGHPUT in metrics:
         parts.append(f"{_shown(metrics[THROUGHPUT], '.1f')} tokens/s/device")
     if total and recent_seconds and total.steps > step:
@@ -126,9 +124,9 @@ class ProgressPrinter:
                 return  # verl creates it when its logger starts
             self.events = event_reader(self.directory)
         for step, metrics in sorted(read_steps(self.events, self.directory).items()):
-            if step in self.printed or STEP_SECONDS_TAG not in metrics:
+            if step in self.printed or STEP_SECONDS not in metrics:
                 continue
-            seconds = metrics[STEP_SECONDS_TAG]
+            seconds = metrics[STEP_SECONDS]
             if seconds is not None and 0 <= seconds <= MAX_STEP_SECONDS:
                 self.seconds[step] = seconds
             recent = [self.seconds[s] for s in sorted(self.seconds)[-5:]]

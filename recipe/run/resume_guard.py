@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 
 from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
 from recipe.export.watch import MANIFEST, REPORT_NAME

@@ -32,6 +32,7 @@ from recipe.launch import (
     checkpoint_root,
     override_value,
     planned_checkpoint_root,
+    planned_step_total,
     planned_training_file,
 )
 from recipe.plan import Plan
@@ -40,7 +41,6 @@ from recipe.run.finish import final_save
 from recipe.run.preflight import _bench_data_dir, _smoke_assets_root, run_problems
 from recipe.run.progress import event_reader, printing_progress, read_steps
 from recipe.run.report import ReportInputs, RunReport, build_report, device_peak
-from recipe.run_length import total_steps
 from recipe.run.resume_guard import resume_problem
 
 logger = logging.getLogger("recipe")
@@ -185,9 +185,7 @@ def _progress(plan: Plan, wanted: bool | None) -> Any:
     """The progress lines' printer while the trainer runs (recipe.run.progress), or nothing: off unless asked or a terminal."""
     if not (wanted if wanted is not None else sys.stdout.isatty()):
         return nullcontext()
-    settings = plan.settings
-    total = total_steps(override_value(plan.overrides, "trainer.total_training_steps"),
-                        settings.resolved_train_files, settings.train_batch_size, settings.total_epochs)  # fmt: skip
+    total = planned_step_total(plan.settings, plan.overrides)
     return printing_progress(Path(str(plan.env["TENSORBOARD_DIR"])), total, lambda line: print(line, flush=True))
 
 

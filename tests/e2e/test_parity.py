@@ -241,8 +241,6 @@ def test_image_prompts_give_transformers_logits_and_gradients_packed_and_padded(
     gradient: verl 0.9.1's Megatron engine passes the MoE router no padding mask on BSHD batches (engine/megatron/
     transformer_impl.py: only with dynamic context parallelism), so the pad tokens count in the router's auxiliary
     load-balancing loss (moe_aux_loss_coeff 0.01 in the recipe). The recipe packs (THD), where there are no pads."""
-    import torch
-
     megatron, hf = megatron_and_hf
     prompts = _image_prompts(smoke_model, extra=(9, 40))
     for prompt in prompts:

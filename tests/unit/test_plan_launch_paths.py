@@ -206,3 +206,17 @@ def test_a_tracker_naming_a_missing_step_and_an_unreadable_one_are_said(tmp_path
     (_root(tmp_path) / TRACKER_NAME).write_text("nine")
     plan = build_plan(_full(tmp_path, model), {})
     assert plan.resume["action"] == "unknown" and "run refuses to start until it can" in plan.resume["text"]
+
+
+def test_without_a_configured_total_plan_counts_the_training_files_rows(tmp_path: Path, model: Path) -> None:  # noqa: F811
+    """rows // TRAIN_BATCH_SIZE * TOTAL_EPOCHS of the file the trainer reads, said to be an estimate ("about")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _save(tmp_path, 2)
+    train_file = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"prompt": [str(i) for i in range(9)]}), train_file)
+    for epochs, planned in ((1, 2), (3, 6)):
+        plan = build_plan(_full(tmp_path, model, TRAIN_FILES=str(train_file), TRAIN_BATCH_SIZE=4, TOTAL_EPOCHS=epochs), {})
+        assert plan.resume["planned_steps"] == planned
+        assert f"(of about {planned} planned)" in plan.to_text()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from recipe.run.progress import REWARD_TAG, STEP_SECONDS_TAG, ProgressPrinter, printing_progress
+from recipe.run.progress import ProgressPrinter, printing_progress
+from recipe.run.verl_metrics import REWARD, STEP_SECONDS
 from recipe.run_length import StepTotal, total_steps
 
 from .envtools import HANG_GUARD_S
@@ -27,7 +28,7 @@ def _verl_logger(directory: Path, monkeypatch: pytest.MonkeyPatch):  # type: ign
 
 
 def _step(seconds: float, reward: float) -> dict[str, float]:
-    return {REWARD_TAG: reward, STEP_SECONDS_TAG: seconds, "critic/score/mean": reward, "actor/grad_norm": 1.5}
+    return {REWARD: reward, STEP_SECONDS: seconds, "critic/score/mean": reward, "actor/grad_norm": 1.5}
 
 
 def test_each_step_is_printed_once_with_reward_time_and_eta(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,7 +131,7 @@ def test_a_scalar_that_is_no_finite_time_or_reward_is_n_a_and_the_lines_go_on(
 ) -> None:
     """verl logs inf or NaN as they come (a NaN reward, a clock gone wrong): that step says n/a, the next prints."""
     writer = _verl_logger(tmp_path, monkeypatch)
-    writer.log({REWARD_TAG: bad, STEP_SECONDS_TAG: bad if bad != 1e300 else 40.0}, step=1)
+    writer.log({REWARD: bad, STEP_SECONDS: bad if bad != 1e300 else 40.0}, step=1)
     writer.log(_step(40.0, 0.5), step=2)
     writer.finish()
     lines: list[str] = []

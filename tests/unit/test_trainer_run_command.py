@@ -414,6 +414,8 @@ def test_progress_counts_the_steps_of_the_epochs_over_the_data(plans: dict[str, 
     totals: list[Any] = []
     monkeypatch.setattr(trainer, "printing_progress", lambda d, total, emit: totals.append(total) or _Null())
     plan = _ours(plans["full"], tmp_path, TRAIN_BATCH_SIZE="4", TOTAL_EPOCHS="3")
+    # The file the trainer reads: data.train_files as the overrides give it (the base plan's names its own folder).
+    plan = dataclasses.replace(plan, overrides=[*plan.overrides, f"data.train_files={tmp_path / 'train.parquet'}"])
     pq.write_table(pa.table({"prompt": [str(i) for i in range(21)]}), tmp_path / "train.parquet")
     assert run_command(plan, progress=True) == 0
     assert totals == [StepTotal(15, True)]  # 21 rows: 5 full batches an epoch (verl drops the last), 3 epochs

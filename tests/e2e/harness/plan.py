@@ -78,8 +78,6 @@ def host_swaps() -> dict[str, Swap]:
 
 def cpu_additions() -> dict[str, Addition]:
     """Keys the recipe leaves to verl's defaults, set for the CPU run."""
-    from recipe.launch import hydra_value
-
     rollout = "actor_rollout_ref.rollout"
     return {
         f"{rollout}.enable_sleep_mode": Addition(

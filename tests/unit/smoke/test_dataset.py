@@ -7,8 +7,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pytest
-
 from tests.support.needs import needs
 
 from recipe.smoke import SmokeAssets

@@ -42,8 +42,8 @@ from recipe.digests import (
     sha256_file,
 )
 from recipe.errors import RecipeConfigError
-from recipe.provenance import REWARD_FUNCTION_KEY, drift, drift_problems
-from recipe.record_file import RECORD_NAME, UnreadableRecord, copy_into_new_steps, read_record, record_bytes, write_record
+from recipe.provenance import drift, drift_problems
+from recipe.record_file import RECORD_NAME, REWARD_FUNCTION_KEY, UnreadableRecord, copy_into_new_steps, read_record, record_bytes, write_record
 from recipe.replay import replay_lines, run_replay
 from recipe.replay_files import FORMATS
 from tests.unit.envtools import HANG_GUARD_S

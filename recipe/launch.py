@@ -269,12 +269,18 @@ def override_value(overrides: Sequence[str], key: str) -> str | None:
 
 
 def planned_checkpoint_root(settings: Settings, overrides: Sequence[str]) -> Path:
-    """Where the trainer saves: the overrides' trainer.default_local_dir (one after `--` included), else the setting's."""
+    """Where the trainer saves: the plan's trainer.default_local_dir, else CHECKPOINT_DIR's root.
+
+    The recipe writes that override from CHECKPOINT_DIR and refuses a user's (OVERRIDES or after `--`).
+    """
     return Path(override_value(overrides, "trainer.default_local_dir") or checkpoint_root(settings))
 
 
 def planned_training_file(settings: Settings, overrides: Sequence[str]) -> Path:
-    """The training parquet the trainer reads: the overrides' data.train_files (one after `--` included), else TRAIN_FILES."""
+    """The training parquet the trainer reads: the plan's data.train_files, else TRAIN_FILES.
+
+    The recipe writes that override from TRAIN_FILES and refuses a user's (OVERRIDES or after `--`).
+    """
     return Path(override_value(overrides, "data.train_files") or settings.resolved_train_files)
 
 

@@ -106,7 +106,8 @@ def prepare_bench(plan: Plan) -> None:
     from recipe.bench import bench_rows, write_bench_data
 
     steps = int(override_value(plan.overrides, "trainer.total_training_steps") or 0)
-    rows = bench_rows(_training_file(plan), plan.settings.checkpoint_dir, plan.settings.train_batch_size, steps)
+    train_file = planned_training_file(plan.settings, plan.overrides)
+    rows = bench_rows(train_file, plan.settings.checkpoint_dir, plan.settings.train_batch_size, steps)
     if rows is None:
         return  # data.train_files points elsewhere: the user's own prompts
     print(f"Writing the bench's {rows[0]} synthetic prompts in {directory}", flush=True)
@@ -160,18 +161,13 @@ def _run_trainer(argv: Sequence[str], env: dict[str, str]) -> int:
     return execute(argv, env)
 
 
-def _training_file(plan: Plan) -> Path:
-    """The training parquet the trainer reads: the plan's data.train_files (an override after `--` included)."""
-    return planned_training_file(plan.settings, plan.overrides)
-
-
 def _warn_about_prompt_budget(plan: Plan) -> None:
     """One warning when data.max_prompt_length drops more than 1 % of the training rows (recipe.run.prompt_budget)."""
     # lazy: prompt lengths import the data package (datasets)
     from recipe.run.prompt_budget import prompt_budget_warning, recorded_lengths
 
     limit = override_value(plan.overrides, "data.max_prompt_length")
-    lengths = recorded_lengths(_training_file(plan))
+    lengths = recorded_lengths(planned_training_file(plan.settings, plan.overrides))
     if isinstance(lengths, str) or limit is None or not limit.isdigit():
         why = lengths if isinstance(lengths, str) else f"data.max_prompt_length={limit}"
         logger.info("prompt lengths against data.max_prompt_length: not checked (%s)", why)
@@ -304,7 +300,7 @@ def _judge_smoke(plan: Plan, code: int) -> int:
     steps = int(override_value(plan.overrides, "trainer.total_training_steps") or 0)
     model = Path(override_value(plan.overrides, "actor_rollout_ref.model.path") or plan.settings.model_path)
     root = checkpoint_root(plan.settings)
-    prompts = count_training_prompts(_training_file(plan), model)
+    prompts = count_training_prompts(planned_training_file(plan.settings, plan.overrides), model)
     verdict = smoke_verdict(Path(str(plan.env[METRICS_VARIABLE])), steps, root, model, prompts)
     print(verdict.to_text(), flush=True)
     target = root / VERDICT_FILE

@@ -27,10 +27,11 @@ def _blocks(language: str, text: str = README) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.DOTALL)
 
 
-def _set_up_block() -> str:
-    """The test set-up: the bash block of "## Set up" that installs (the one before it is plan or smoke)."""
+def _set_up_commands() -> list[str]:
+    """The command lines of the first bash block of "## Set up": the two commands a newcomer needs."""
     section = README.split("## Set up", 1)[1].split("\n## ", 1)[0]
-    return next(block for block in _blocks("bash", section) if "pip install" in block)
+    block = _blocks("bash", section)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
 
 
 def _examples() -> list[tuple[str, list[str]]]:
@@ -66,17 +67,26 @@ def test_readme_example_prints_what_it_shows(command: str, shown: list[str]) -> 
     assert (done.stdout + done.stderr).splitlines() == shown
 
 
-def test_set_up_installs_torch_from_pytorchs_cpu_index_as_ci_does() -> None:
-    block = _set_up_block()
-    torch_line = next(line for line in block.splitlines() if "torch==" in line)
-    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in torch_line
-    assert "-e " not in torch_line, "torch alone first: the CPU index must not be asked for every package"
-    for line in block.splitlines():
-        command = line.strip().removesuffix("&& pytest").strip()
-        if command.startswith(("pip install", "bash .ci/")):
-            assert command.replace("pip install", "python -m pip install --quiet", 1) in CI_RUN or command in CI_RUN, (
-                f"README's set-up line is not in .ci/run: {command}"
-            )
+SET_UP_SCRIPT = (REPO / "tests" / "setup.sh").read_text(encoding="utf-8")
+
+
+def test_the_set_up_is_two_commands_the_main_job_and_the_tests_which_ci_runs() -> None:
+    first, second = _set_up_commands()
+    assert first.startswith("docker compose run --rm -e PROFILE=smoke "), first
+    assert second == "bash tests/setup.sh"
+    ci_lines = [line.strip() for line in CI_RUN.splitlines() if not line.lstrip().startswith("#")]
+    assert any(re.fullmatch(r"(?:[A-Z_]+=\S+ )*(?:in_session )?bash tests/setup\.sh", line) for line in ci_lines), (
+        ".ci/run does not run the README's test command as it is"
+    )
+
+
+def test_the_set_up_takes_torch_from_pytorchs_cpu_index_at_the_e2e_venvs_pin() -> None:
+    assert 'TORCH_INDEX_URL="${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"' in SET_UP_SCRIPT
+    version = re.search(r"^TORCH_VERSION=([\w.]+)$", SET_UP_SCRIPT, flags=re.MULTILINE)
+    assert version, "tests/setup.sh names no TORCH_VERSION"
+    e2e = (REPO / ".ci" / "install-e2e.sh").read_text(encoding="utf-8")
+    assert set(re.findall(r"torch==([\w.]+)\+cpu", e2e)) == {version[1]}
+    assert "torch==" not in CI_RUN, ".ci/run installs torch itself instead of through tests/setup.sh"
 
 
 def test_tests_page_names_every_testpath() -> None:
@@ -84,11 +94,6 @@ def test_tests_page_names_every_testpath() -> None:
     section = PAGES["docs/testing.md"].split("## What `pytest` runs", 1)[1]
     assert all(f"`{path}`" in section for path in testpaths), testpaths
     assert "(docs/testing.md)" in README
-
-
-def test_every_ci_set_up_pin_of_torch_is_the_readmes() -> None:
-    pins = set(re.findall(r"torch==([\w.+]+)", CI_RUN)) | set(re.findall(r"torch==([\w.+]+)", _set_up_block()))
-    assert len(pins) == 1, pins
 
 
 def test_dot_env_is_read_by_compose_only_as_the_readme_says(tmp_path) -> None:  # type: ignore[no-untyped-def]

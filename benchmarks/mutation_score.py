@@ -105,6 +105,7 @@ MODULES = {
     "provenance": [f"{E}/test_provenance_record.py", f"{E}/test_provenance_drift.py"],
     "read_back": [f"{U}/test_read_back_hostile.py", f"{E}/test_digests.py"],
     "record_file": [f"{E}/test_record_file.py", f"{E}/test_record_hostile.py"],
+    "redaction": [f"{U}/test_secret_in_messages.py", f"{U}/test_user_overrides.py"],
     "run/finish": [f"{U}/test_run_finish.py"],
     "run/preflight": [f"{U}/test_preflight_checks.py"],
     "run/progress": [f"{U}/test_progress.py"],

@@ -38,6 +38,7 @@ from recipe.launch import checkpoint_root
 from recipe.plan import Plan, build_plan
 from recipe.process_exit import run_program
 from recipe.provenance import DRIFT_FIELDS
+from recipe.redaction import redact
 from recipe.replay import add_replay_parser, run_replay
 from recipe.run.trainer import run_command
 from recipe.settings import load_settings
@@ -136,11 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             overrides = [arg for arg in unknown if "=" in arg and not arg.startswith("-")]
             if overrides and command in ("plan", "run"):
-                shown = " ".join(shlex.quote(arg) for arg in overrides)
+                shown = redact(" ".join(shlex.quote(arg) for arg in overrides))
                 hint = f"{shown}: Hydra overrides go after `--`, e.g. entrypoint.py {command} -- {shown}"
                 return report_errors(command, [hint], EXIT_CONFIG, _Parser.json_errors)
             parser.print_usage(sys.stderr)
-            return report_errors(command, [f"unrecognized arguments: {' '.join(unknown)}"], EXIT_CONFIG, _Parser.json_errors)
+            return report_errors(command, [f"unrecognized arguments: {redact(' '.join(unknown))}"], EXIT_CONFIG, _Parser.json_errors)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
         code = _dispatch(args, extra)
         sys.stdout.flush()

@@ -29,6 +29,7 @@ from recipe.cluster.rules import gcs_address_problem, host_problem
 from recipe.errors import RecipeConfigError
 from recipe.hydra_text import literal_problem
 from recipe.profiles import profile_defaults
+from recipe.redaction import redact
 
 DeviceChoice = Literal["auto", "gpu", "npu"]
 ProfileChoice = Literal["full", "smoke", "bench"]
@@ -327,9 +328,11 @@ SECRET_SETTINGS = frozenset({"HF_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN"})
 
 
 def _describe_error(error: Mapping[str, Any], environ: Mapping[str, str]) -> str:
-    """One line for one pydantic error: `NAME='value': rule`, never echoing a secret."""
+    """One line for one pydantic error: `NAME='value': rule`, never echoing a secret (recipe.redaction)."""
     name = str(error["loc"][0]).upper() if error["loc"] else "settings"
     raw = REDACTED if name in SECRET_SETTINGS else _lookup(environ, name)
+    if raw is not None and raw != REDACTED:
+        raw = redact(raw)  # OVERRIDES with an unbalanced quote, a URL with its password, a token pasted by mistake
     kind = error["type"]
     whole = _is_whole(name)
     if kind in {"int_parsing", "int_from_float", "int_type"}:

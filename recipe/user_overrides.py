@@ -14,33 +14,22 @@ from typing import Any, Mapping, Sequence
 from recipe.allocator import ALLOC_CONF_VARIABLES, RUNTIME_SWITCH_VARIABLE
 from recipe.errors import RecipeConfigError
 from recipe.launch import _RAY_ENV, ALLOCATOR_POLICY, Override, _override_key
-
-#: Secrets the recipe knows by name; any other variable whose name looks like one counts too.
-SECRET_VARIABLES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN"})
-_SECRET_NAME = re.compile(
-    r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|PASS$"
-    r"|(^|_)(KEYS?|AUTH|COOKIE|SESSION|PASS|PWD|DSN)(_|$)"
+from recipe.redaction import (  # noqa: F401 - SECRET_VARIABLES, is_secret_key, is_secret_name, mask_url_password: this module's API too
+    SECRET_VARIABLES,
+    URL_WITH_PASSWORD,
+    is_secret_key,
+    is_secret_name,
+    mask_url_password,
+    may_hold_a_secret,
+    redact,
 )
-#: A URL that carries its password (scheme://user:password@host): a secret whatever key holds it.
-_URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@")
+
 #: Config keys whose children are environment variables (Ray's runtime_env.env_vars, ...): their
 #: names follow is_secret_name in any case (github_token, hfToken), not is_secret_key.
 _ENVIRONMENT_KEYS = frozenset({"env_vars", "env", "environment", "envs"})
 # `${oc.env:NAME...}` (and OmegaConf 2.0's `${env:...}`), spaces allowed where OmegaConf allows them.
 _ENV_READ = re.compile(r"\$\{\s*(?:oc\.env|env)\s*:\s*(?P<arg>[^,}]*)")
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def is_secret_name(name: str) -> bool:
-    """Whether an environment variable of this name is treated as a secret.
-
-    The rule: a known secret (SECRET_VARIABLES), or a name containing TOKEN, SECRET, PASSW,
-    PASSPHRASE, CREDENTIAL, PRIVATE, APIKEY/API_KEY or ACCESS_KEY, ending in PASS (SSHPASS), or
-    having KEY(S), AUTH, COOKIE, SESSION, PASS, PWD (MYSQL_PWD) or DSN as one of its
-    underscore-separated words (case-insensitive; camelCase words count as words: mysqlPwd, hfToken).
-    """
-    upper = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).upper()
-    return upper in SECRET_VARIABLES or bool(_SECRET_NAME.search(upper))
 
 
 def hydra_override_parser() -> Any | None:
@@ -129,24 +118,6 @@ class UserOverride:
     secrets_set: tuple[str, ...] = ()
 
 
-#: Words that name a secret in a config key of any case; the others (TOKEN, KEY, AUTH, SESSION, ...)
-#: only in a name written like an environment variable, since verl's own lower-case keys are full
-#: of them: max_num_batched_tokens, ppo_max_token_len_per_gpu, skip_tokenizer_init.
-_SECRET_IN_ANY_CASE = re.compile(r"PASSW|PASSPHRASE|SECRET|CREDENTIAL|PRIVATE_?KEY|API_?KEY|ACCESS_?KEY")
-
-
-def is_secret_key(name: str) -> bool:
-    """Whether a config key (one word of an override's key, or a key inside its value) holds a secret.
-
-    A name written like an environment variable (HF_TOKEN, MY_SERVICE_PASSWORD) follows
-    is_secret_name; a lower-case one only when it is a known secret (hf_token) or holds an
-    unmistakable secret word (api_key, db_password).
-    """
-    if not name or not is_secret_name(name):
-        return False
-    return name == name.upper() or name.upper() in SECRET_VARIABLES or bool(_SECRET_IN_ANY_CASE.search(name.upper()))
-
-
 def shown_override(text: str) -> str:
     """An override as a message quotes it: its value withheld when it may hold a secret.
 
@@ -158,16 +129,16 @@ def shown_override(text: str) -> str:
     if "=" in text and (
         _secret_words(key)
         or any(is_secret_name(word) for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", value))
-        or _URL_WITH_PASSWORD.search(value)
+        or may_hold_a_secret(text)
     ):
         return repr(f"{key}=<value withheld: it may hold a secret>")
-    return repr(text)
+    return repr(redact(text))  # a text with no `=` can still hold a URL's password or a token
 
 
 def parse_user_override(text: str, parser: Any) -> UserOverride | str:
     """The override as Hydra parses it, or one problem line (what Hydra rejects, plan rejects)."""
     if "=" not in text and not text.startswith("~"):
-        return f"override {text!r}: must look like key=value (Hydra override syntax)"
+        return f"override {shown_override(text)}: must look like key=value (Hydra override syntax)"
     shown = shown_override(text)
     if text[:1].isspace():  # Hydra's own words: "token recognition error at: ' '"
         return f"override {shown}: starts with a blank, which Hydra cannot parse; write {shown_override(text.lstrip())}"
@@ -224,7 +195,7 @@ def _secrets_set(key: str, value: Any, in_environment: bool = False) -> list[str
     found = []
     if value not in (None, ""):
         found += _secret_words(key, in_environment)
-        if not isinstance(value, (dict, list, tuple)) and _URL_WITH_PASSWORD.search(str(value)):
+        if not isinstance(value, (dict, list, tuple)) and URL_WITH_PASSWORD.search(str(value)):
             found.append(f"{words[-1] if words else 'a value'}{URL_SECRET}")
     inner_environment = in_environment or bool(words and words[-1] in _ENVIRONMENT_KEYS)
     if isinstance(value, dict):
@@ -255,14 +226,6 @@ def literal_secret_problems(override: UserOverride) -> list[str]:
                 "it to every Ray worker and never records it)"
             )
     return problems
-
-
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)([^/\s@]+)(@)")
-
-
-def mask_url_password(value: str | None) -> str | None:
-    """`value` with the password of every URL in it written as ********: what the run record keeps of a variable."""
-    return None if value is None else _URL_PASSWORD.sub(r"\1********\3", value)
 
 
 #: How _secrets_set names a URL that carries its password.
@@ -314,7 +277,15 @@ def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) ->
     decided = decided_keys(overrides)
     accepted: list[str] = []
     problems: list[str] = []
-    for text in extra:
+    after_withheld = False
+    for number, text in enumerate(extra, start=1):
+        # A word with no `=` right after an override whose value is withheld may be the rest of that value, split
+        # at a blank (HF_TOKEN={a: s3cret}): it is named by its place, never quoted.
+        if after_withheld and "=" not in text and not text.startswith("~"):
+            problems.append(f"override {number} (a word with no `=`, after an override whose value is withheld): "
+                            "must look like key=value; a value with blanks goes in quotes")
+            continue
+        after_withheld = shown_override(text) != repr(text)
         parsed = parse_user_override(text, parser)
         if isinstance(parsed, str):
             problems.append(parsed)

@@ -2,6 +2,7 @@
 
     python .ci/budget.py markdown            # the budget table, as docs/testing.md has it
     python .ci/budget.py report TIMES        # TIMES: lines "phase name<TAB>seconds", as .ci/run writes them
+    python .ci/budget.py files JUNIT_XML     # where a pytest run's time went: the slowest test files
 
 `report` warns about a phase or a total over its budget; it never fails a run (a slower machine is not a bug).
 """
@@ -97,6 +98,27 @@ def read_times(path: Path) -> dict[str, float]:
     return times
 
 
+def test_files(junit_xml: Path, top: int = 15) -> list[str]:
+    """The TOP test files by the time their tests took (summed: under pytest-xdist, time of all workers), as lines."""
+    import xml.etree.ElementTree as ElementTree
+    from collections import Counter
+
+    seconds: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    for case in ElementTree.parse(junit_xml).getroot().iter("testcase"):
+        # classname is the dotted module path, then the class (capitalised) where the test is a method
+        module = ".".join(part for part in case.get("classname", "").split(".") if not part[:1].isupper())
+        name = module.replace(".", "/") + ".py"
+        seconds[name] += float(case.get("time") or 0)
+        count[name] += 1
+    total = sum(seconds.values())
+    lines = [f"{'test file':<58} {'tests':>6} {'seconds':>8} {'share':>6}"]
+    for name, spent in seconds.most_common(top):
+        lines.append(f"{name:<58} {count[name]:6d} {spent:8.1f} {spent / total:6.1%}")
+    lines.append(f"{'all ' + str(len(seconds)) + ' files':<58} {sum(count.values()):6d} {total:8.1f}")
+    return lines
+
+
 def main(argv: list[str]) -> int:
     budget = load()
     if argv[:1] == ["markdown"]:
@@ -108,6 +130,10 @@ def main(argv: list[str]) -> int:
             print(f"[ci]   {line}")
         for warning in warnings:
             print(f"[ci] WARNING (budget): {warning}")
+        return 0
+    if argv[:1] == ["files"] and len(argv) == 2:
+        for line in test_files(Path(argv[1])):
+            print(f"[ci]   {line}")
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -246,4 +246,48 @@ main() {
     return "$status"
 }
 
-main "$@"
+# The part of the build that mostly waits on the network and the disk: the tools, the bases, and the gpu lock's
+# wheels (~10 GB) fetched into BuildKit's pip cache mount, which the gpu image's own install step shares (the same
+# cache id: its target; the same pip, from the same Python's venv). .ci/run starts it in the background while the tests run; the build proper then installs
+# from that cache instead of downloading. Nothing is exported (cacheonly); its own dockerd, stopped at its end.
+prefetch() {
+    phase "tools and disk"
+    install_tools
+    python312 >/dev/null
+    check_disk
+    start_dockerd
+    trap 'print_phases; stop_dockerd' EXIT
+    phase "bases (mmdebstrap)"
+    build_python_base
+    build_standin_base
+    phase "gpu wheels into the pip cache"
+    # An image built from this very lock (the last run's) means its layers are cached: nothing to fetch.
+    if "$DOCKER" image inspect grpo-recipe:gpu >/dev/null 2>&1 && "$DOCKER" run --rm --entrypoint cat grpo-recipe:gpu \
+        /etc/grpo-recipe/requirements.lock 2>/dev/null | cmp -s - "$REPO/docker/gpu/requirements.lock"; then
+        log "grpo-recipe:gpu was built from this lock: its layers are cached, no wheel to fetch"
+        return
+    fi
+    local secret=()
+    [ -s "$PIP_CA" ] && secret=(--secret "id=pip-ca,src=$PIP_CA")
+    if ! "$DOCKER" build --progress=plain --output type=cacheonly -f - "${secret[@]}" "$REPO/docker/gpu" \
+        >"$WORK/prefetch-gpu-wheels.log" 2>&1 <<EOF
+FROM $PYTHON_BASE
+COPY requirements.lock /tmp/lock/
+RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=pip-ca,target=/run/secrets/pip-ca \\
+    if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \\
+ && python3 -m venv /tmp/venv \\
+ && /tmp/venv/bin/pip download --quiet --no-deps --require-hashes --only-binary :all: -d /tmp/wheels \\
+        -r /tmp/lock/requirements.lock \\
+ && rm -rf /tmp/wheels /tmp/venv
+EOF
+    then
+        tail -40 "$WORK/prefetch-gpu-wheels.log"
+        die "the gpu lock's wheels did not download"
+    fi
+}
+
+case "${1:-}" in
+    "") main ;;
+    prefetch) prefetch ;;
+    *) die "usage: images.sh [prefetch]" ;;
+esac

@@ -19,7 +19,8 @@ TORCH_VERSION=2.13.0
 VENV=.venv
 STAMPS="$VENV/.setup"
 
-say() { printf '[setup] %s\n' "$*"; }
+STARTED=$SECONDS
+say() { printf '[setup] %s (%d s)\n' "$*" $((SECONDS - STARTED)); }
 refuse() { printf 'setup: %s\n' "$*" >&2; exit 2; }
 
 E2E=0 TESTS=1

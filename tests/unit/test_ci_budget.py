@@ -75,3 +75,18 @@ def test_the_report_is_printed_by_the_script_and_never_fails(tmp_path: Path, ove
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert f"[ci] WARNING (budget): {row.name}: " in done.stdout and f"over the {over} budget" in done.stdout
+
+
+def test_files_ranks_the_test_files_of_a_junit_report_by_their_time(tmp_path: Path) -> None:
+    report = tmp_path / "unit.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.unit.test_a" name="t1" time="1.5"/>'
+        '<testcase classname="tests.unit.test_a.TestGroup" name="t2" time="2.5"/>'
+        '<testcase classname="tests.unit.test_b" name="t3" time="6.0"/>'
+        "</testsuite></testsuites>"
+    )
+    lines = budget_module.test_files(report)
+    assert lines[1].split() == ["tests/unit/test_b.py", "1", "6.0", "60.0%"]
+    assert lines[2].split() == ["tests/unit/test_a.py", "2", "4.0", "40.0%"]
+    assert lines[3].split()[-2:] == ["3", "10.0"]

@@ -240,7 +240,8 @@ main() {
     for device in gpu npu; do
         log "testing grpo-recipe:$device"
         # --require-framework: on the full gpu image a skipped framework test is a failure.
-        "$PYTHON" -m pytest -p no:cacheprovider "$REPO/tests/images" --image "grpo-recipe:$device" \
+        # Two workers, a file each at a time (module fixtures run once): each worker has its own container.
+        "$PYTHON" -m pytest -p no:cacheprovider -n 2 --dist loadfile "$REPO/tests/images" --image "grpo-recipe:$device" \
             $([ "$device" = gpu ] && echo --require-framework) || status=1
     done
     return "$status"

@@ -150,5 +150,5 @@ fi
 # Every core: the suite's tests keep their own state (tmp_path, free ports), so pytest-xdist spreads them.
 # As an activated venv would be: some tests start the venv's tools (kubectl, docker-compose, hadolint) by name.
 export VIRTUAL_ENV="$PWD/$VENV" PATH="$PWD/$VENV/bin:$PATH"
-say "pytest -n auto ${PYTEST_ARGS[*]}"
-exec pytest -n auto "${PYTEST_ARGS[@]}"
+say "pytest -n auto --dist worksteal ${PYTEST_ARGS[*]}"
+exec pytest -n auto --dist worksteal "${PYTEST_ARGS[@]}"

@@ -79,6 +79,9 @@ def run_program(main: Callable[[], int]) -> NoReturn:
     `finally` blocks run; a part of MAIN that passes them on to a child (`run`'s trainer) sets its
     own handler meanwhile.
     """
+    if getattr(signal.getsignal(signal.SIGINT), "quiet_start", False):
+        # entrypoint.py's handler for the start-up: from here on Ctrl-C unwinds MAIN (KeyboardInterrupt, below).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         code = main()

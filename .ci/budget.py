@@ -98,7 +98,7 @@ def read_times(path: Path) -> dict[str, float]:
     return times
 
 
-def test_files(junit_xml: Path, top: int = 15) -> list[str]:
+def slowest_test_files(junit_xml: Path, top: int = 15) -> list[str]:
     """The TOP test files by the time their tests took (summed: under pytest-xdist, time of all workers), as lines."""
     import xml.etree.ElementTree as ElementTree
     from collections import Counter
@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
             print(f"[ci] WARNING (budget): {warning}")
         return 0
     if argv[:1] == ["files"] and len(argv) == 2:
-        for line in test_files(Path(argv[1])):
+        for line in slowest_test_files(Path(argv[1])):
             print(f"[ci]   {line}")
         return 0
     print(__doc__, file=sys.stderr)

@@ -69,6 +69,22 @@ def _terminated(signum: int, _frame: object) -> None:
     raise Terminated(signum)
 
 
+def _quiet_exit(signum: int, _frame: object) -> None:
+    """A signal while the recipe's modules load: the shell's status for it (130, 143), no traceback."""
+    os._exit(128 + signum)
+
+
+def quiet_start() -> None:
+    """From here until run_program takes over, a signal ends the program quietly with the shell's status.
+
+    The first call of entrypoint.py and of `python -m recipe`, before the recipe's modules load (most of a
+    second). A SIGINT this process was started ignoring (a background job) stays ignored.
+    """
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _quiet_exit)
+    signal.signal(signal.SIGTERM, _quiet_exit)
+
+
 def run_program(main: Callable[[], int]) -> NoReturn:
     """Run MAIN as the whole program and end the process with its status (exit_process).
 
@@ -79,8 +95,8 @@ def run_program(main: Callable[[], int]) -> NoReturn:
     `finally` blocks run; a part of MAIN that passes them on to a child (`run`'s trainer) sets its
     own handler meanwhile.
     """
-    if getattr(signal.getsignal(signal.SIGINT), "quiet_start", False):
-        # entrypoint.py's handler for the start-up: from here on Ctrl-C unwinds MAIN (KeyboardInterrupt, below).
+    if signal.getsignal(signal.SIGINT) is _quiet_exit:
+        # quiet_start's handler for the start-up: from here on Ctrl-C unwinds MAIN (KeyboardInterrupt, below).
         signal.signal(signal.SIGINT, signal.default_int_handler)
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:

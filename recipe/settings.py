@@ -331,7 +331,7 @@ def _describe_error(error: Mapping[str, Any], environ: Mapping[str, str]) -> str
     """One line for one pydantic error: `NAME='value': rule`, never echoing a secret (recipe.redaction)."""
     name = str(error["loc"][0]).upper() if error["loc"] else "settings"
     raw = REDACTED if name in SECRET_SETTINGS else _lookup(environ, name)
-    if raw is not None and raw != REDACTED:
+    if raw is not None:
         raw = redact(raw)  # OVERRIDES with an unbalanced quote, a URL with its password, a token pasted by mistake
     kind = error["type"]
     whole = _is_whole(name)

@@ -137,9 +137,9 @@ def shown_override(text: str) -> str:
 
 def parse_user_override(text: str, parser: Any) -> UserOverride | str:
     """The override as Hydra parses it, or one problem line (what Hydra rejects, plan rejects)."""
-    if "=" not in text and not text.startswith("~"):
-        return f"override {shown_override(text)}: must look like key=value (Hydra override syntax)"
     shown = shown_override(text)
+    if "=" not in text and not text.startswith("~"):
+        return f"override {shown}: must look like key=value (Hydra override syntax)"
     if text[:1].isspace():  # Hydra's own words: "token recognition error at: ' '"
         return f"override {shown}: starts with a blank, which Hydra cannot parse; write {shown_override(text.lstrip())}"
 

@@ -316,9 +316,9 @@ BREAKAGES: tuple[Breakage, ...] = (
     ),
     Breakage(
         "ctrl-c-at-start-is-a-traceback",
-        "entrypoint.py",
-        "    signal.signal(signal.SIGINT, _quiet_exit)\n",
-        "    pass  # broken: Ctrl-C during the imports is Python's KeyboardInterrupt\n",
+        "recipe/process_exit.py",
+        "        signal.signal(signal.SIGINT, _quiet_exit)\n",
+        "        pass  # broken: Ctrl-C during the imports is Python's KeyboardInterrupt\n",
         ("tests/unit/test_signals_at_start.py",),
         "Ctrl-C while the recipe's modules load prints a KeyboardInterrupt traceback (issue 50)",
     ),

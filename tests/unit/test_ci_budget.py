@@ -86,7 +86,7 @@ def test_files_ranks_the_test_files_of_a_junit_report_by_their_time(tmp_path: Pa
         '<testcase classname="tests.unit.test_b" name="t3" time="6.0"/>'
         "</testsuite></testsuites>"
     )
-    lines = budget_module.test_files(report)
+    lines = budget_module.slowest_test_files(report)
     assert lines[1].split() == ["tests/unit/test_b.py", "1", "6.0", "60.0%"]
     assert lines[2].split() == ["tests/unit/test_a.py", "2", "4.0", "40.0%"]
     assert lines[3].split()[-2:] == ["3", "10.0"]

@@ -137,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             overrides = [arg for arg in unknown if "=" in arg and not arg.startswith("-")]
             if overrides and command in ("plan", "run"):
-                shown = redact(" ".join(shlex.quote(arg) for arg in overrides))
+                # Each redacted before it is quoted: shlex's quoting of a quote ('"'"') would hide the value from redact.
+                shown = " ".join(shlex.quote(redact(arg)) for arg in overrides)
                 hint = f"{shown}: Hydra overrides go after `--`, e.g. entrypoint.py {command} -- {shown}"
                 return report_errors(command, [hint], EXIT_CONFIG, _Parser.json_errors)
             parser.print_usage(sys.stderr)

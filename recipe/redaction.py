@@ -5,8 +5,8 @@ whatever went wrong with it: a text that does not parse (an unbalanced quote, a 
 escape, a newline) is exactly the one whose secret no parser has found yet. What `redact` withholds:
 
 - the password of a URL (`scheme://user:password@host`, also without a user name);
-- the value of an assignment (`NAME=value`, `name: value`, quoted or not, its quote unclosed or
-  not) whose name, or a dotted word of it, names a secret (is_secret_key: HF_TOKEN, db_password,
+- the value of an assignment (`NAME=value`, `name: value`; quoted, a dict or a list, closed or
+  not, or a bare word) whose name, or a dotted word of it, names a secret (is_secret_key: HF_TOKEN, db_password,
   api_key, and any name ending in _token or _key; not verl's max_num_batched_tokens);
 - a word shaped like a token: a Hugging Face token (`hf_` and 30 or more letters and digits), or a
   run of 32 or more hexadecimal digits (W&B's API key is 40).
@@ -27,11 +27,10 @@ _SECRET_NAME = re.compile(
 #: A URL that carries its password (scheme://user:password@host): a secret whatever key holds it.
 URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@")
 _URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)([^/\s@]+)(@)")
-#: NAME=value or name: value; the value quoted (its quote closed or not) or a bare word.
-_ASSIGNMENT = re.compile(
-    r"""(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*)"""
-    r"""(?P<value>'[^']*(?:'|$)|"[^"]*(?:"|$)|[^\s,;}\]]+)"""
-)
+#: NAME= or name: (the start of an assignment).
+_ASSIGNMENT = re.compile(r"""(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*)""")
+#: An assignment's value: quoted, a dict or a list (each closed or not, blanks inside), or a bare word.
+_VALUE = re.compile(r"""'[^']*(?:'|$)|"[^"]*(?:"|$)|\{[^}]*(?:\}|$)|\[[^\]]*(?:\]|$)|[^\s,;}\]]+""")
 _TOKEN_SHAPES = re.compile(r"\bhf_[A-Za-z0-9]{30,}|(?<![0-9A-Fa-f])[0-9A-Fa-f]{32,}(?![0-9A-Fa-f])")
 WITHHELD = "<withheld>"
 
@@ -82,17 +81,26 @@ def _names_a_secret(word: str) -> bool:
     return is_secret_key(word) or bool(_ENDS_LIKE_A_SECRET.search(word.upper())) or (camel and is_secret_name(word))
 
 
-def _withhold_secret_value(match: re.Match[str]) -> str:
-    words = [word for word in re.split(r"[.\-]+", match["name"]) if word]
-    if not any(_names_a_secret(word) for word in words):
-        return match[0]
-    return f"{match['name']}{match['sep']}{WITHHELD}"
+def _withhold_secret_values(text: str) -> str:
+    """TEXT with the value of every assignment to a secret name withheld. The value of any other name is read on
+    from its start, so that a secret assigned inside it (`a={inner: {HF_TOKEN: x}}`) is found too."""
+    out, at = [], 0
+    while (match := _ASSIGNMENT.search(text, at)) is not None:
+        words = [word for word in re.split(r"[.\-]+", match["name"]) if word]
+        value = _VALUE.match(text, match.end())
+        if value is None or not any(_names_a_secret(word) for word in words):
+            out.append(text[at : match.end()])
+            at = match.end()
+            continue
+        out.append(text[at : match.end()] + WITHHELD)
+        at = value.end()
+    return "".join(out) + text[at:]
 
 
 def redact(text: str) -> str:
     """TEXT as a message may quote it: URL passwords, the values of secret names and token-shaped words withheld."""
     masked = _URL_PASSWORD.sub(r"\1********\3", text)
-    masked = _ASSIGNMENT.sub(_withhold_secret_value, masked)
+    masked = _withhold_secret_values(masked)
     return _TOKEN_SHAPES.sub(WITHHELD, masked)
 
 

@@ -54,7 +54,8 @@ _BREAKS = ["'", '"', "\\", "=", "\n", "${oc.env:", "[", "{a: "]
 
 
 @st.composite
-def _malformed(draw: st.DrawFn) -> tuple[str, str]:
+def _malformed(draw: st.DrawFn) -> tuple[str, str, str]:
+    """(the secret, an override before it in OVERRIDES or nothing, the malformed override that holds the secret)."""
     secret, text = draw(_secret_in_text())
     broken = draw(st.sampled_from(_BREAKS))
     where = draw(st.sampled_from(["after", "before value", "both"]))
@@ -66,7 +67,7 @@ def _malformed(draw: st.DrawFn) -> tuple[str, str]:
     else:
         text = f"{key}={broken}{value}{broken}"
     neighbour = draw(st.sampled_from(["", "trainer.total_training_steps=3 ", "x='y' "]))
-    return secret, neighbour + text
+    return secret, neighbour, text
 
 
 @pytest.fixture
@@ -96,8 +97,9 @@ _SETTINGS = hsettings(max_examples=15, deadline=None, phases=[Phase.explicit, Ph
 @_SETTINGS
 @given(case=_malformed(), command=st.sampled_from([["plan"], ["plan", "--json"], ["run"]]))
 def test_overrides_setting_never_repeats_a_secret(env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                                  tmp_path: Path, case: tuple[str, str], command: list[str]) -> None:
-    secret, text = case
+                                                  tmp_path: Path, case: tuple[str, str, str], command: list[str]) -> None:
+    secret, neighbour, override = case
+    text = neighbour + override
     assume("'" in text or '"' in text or "\\" in text)  # a text the shell-like split of OVERRIDES refuses
     env.setenv("OVERRIDES", text)
     code, said = _said(capsys, command)
@@ -109,11 +111,10 @@ def test_overrides_setting_never_repeats_a_secret(env: pytest.MonkeyPatch, capsy
 @_SETTINGS
 @given(case=_malformed(), command=st.sampled_from([["plan"], ["plan", "--json"]]), before_dashes=st.booleans())
 def test_an_override_on_the_command_line_is_never_repeated_with_its_secret(
-    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], case: tuple[str, str], command: list[str],
+    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], case: tuple[str, str, str], command: list[str],
     before_dashes: bool,
 ) -> None:
-    secret, text = case
-    text = text.rsplit(" ", 1)[-1] if "\n" not in text else text  # one argv item, as a shell hands it over
+    secret, _, text = case  # the malformed override alone: one argv item, as a shell hands a quoted word over
     argv = [*command, text] if before_dashes else [*command, "--", text]
     code, said = _said(capsys, argv)
     if code == 0:  # Hydra took it; a secret the recipe knows is refused, a name it cannot tell is the user's config
@@ -129,9 +130,19 @@ def test_an_override_on_the_command_line_is_never_repeated_with_its_secret(
         ("HF_TOKEN='a b c", "HF_TOKEN=<withheld>", "a b c"),
         ('x.api_key="zz', "x.api_key=<withheld>", "zz"),
         ("{hfToken: tk}", "{hfToken: <withheld>}", "tk"),
+        ("WANDB_API_KEY={a: s3 cr3t", "WANDB_API_KEY=<withheld>", "cr3t"),  # a dict value, unclosed, with a blank
+        ("+a={inner: {HF_TOKEN: abc}} b=1", "+a={inner: {HF_TOKEN: <withheld>}} b=1", "abc"),  # found inside a value
         ("max_num_batched_tokens=8192 ppo_max_token_len_per_gpu=7", "max_num_batched_tokens=8192 ppo_max_token_len_per_gpu=7", None),
     ],
 )  # fmt: skip
 def test_redact_withholds_what_may_be_a_secret_and_keeps_verls_token_counts(text: str, kept: str, withheld: str | None) -> None:
     assert redact(text) == kept
     assert withheld is None or withheld not in redact(text)
+
+
+def test_an_override_with_a_quote_given_before_the_dashes_is_redacted_before_it_is_quoted(
+    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the property above: shlex.quote turned `KEY='s3cret` into `'KEY='"'"'s3cret'`, which hid the value."""
+    code, said = _said(capsys, ["plan", "+ray_kwargs.ray_init.runtime_env.env_vars.API_KEY='Zq0s3cret9"])
+    assert code == 2 and "Zq0s3cret9" not in said and "API_KEY=<withheld>" in said

@@ -80,6 +80,7 @@ MODULES = {
     "export/shards": [f"{E}/test_shards_messages.py"],
     "export/safetensors_header": [f"{E}/test_shards_messages.py"],
     "export/verl_patch": [f"{E}/test_verl_patch.py"],
+    "export/evidence": [f"{E}/test_report_evidence.py"],
     "export/watch": [f"{E}/test_watch_sweeps.py"],
     "help": [f"{U}/test_help.py"],
     # test_hostile_settings.py is left out, as for cluster/rules above (it stopped mutmut's stats run).
@@ -93,6 +94,7 @@ MODULES = {
     "memory_workload": [f"{U}/test_memory_fit_workload.py", f"{U}/test_plan_workload_values.py", f"{U}/test_memory_fit.py"],
     "model_sizes": [f"{U}/test_model_sizes.py", f"{U}/test_model_sizes_edges.py"],
     "models": [f"{U}/test_models.py", f"{U}/test_layout.py", f"{U}/test_models_config_json.py"],
+    "own_paths": [f"{U}/test_own_paths.py"],
     "plan": [f"{U}/test_plan_orchestration.py", f"{U}/test_plan_workload_values.py"],
     "plan_warnings": [f"{U}/test_plan_warnings.py"],
     # Its subprocess tests (the entry points, a pytest of its own) are not traced; the in-process ones are.
@@ -116,7 +118,7 @@ MODULES = {
     "run/trainer": [f"{U}/test_trainer_supervision.py", f"{U}/test_trainer_run_command.py"],
     "replay": [f"{E}/test_replay.py", f"{E}/test_replay_hostile.py"],
     "replay_files": [f"{E}/test_replay.py", f"{E}/test_replay_hostile.py"],
-    "run_length": [f"{U}/test_plan_launch_paths.py", f"{U}/test_progress.py"],
+    "run_length": [f"{U}/test_plan_launch_paths.py", f"{U}/test_progress.py", f"{U}/test_tracker_states.py"],
     # test_hostile_settings.py is left out, as for cluster/rules above.
     "settings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],
     "env_warnings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],

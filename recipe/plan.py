@@ -35,9 +35,10 @@ from recipe.layout import ParallelLayout, resolve_layout
 from recipe.memory_fit import MemoryEstimate, device_memory, estimate
 from recipe.memory_workload import EstimateSkipped, length_problems, workload_from_overrides
 from recipe.models import ModelSource, load_architecture
+from recipe.own_paths import own_path_problems
 from recipe.plan_warnings import plan_warnings
 from recipe.profiles import profile_overrides, profile_problems
-from recipe.run_length import resume_point
+from recipe.run_length import RESUME_WAYS_OUT, resume_point
 from recipe.provenance import build_record, drift_problems
 from recipe.record_file import RECORD_NAME, REWARD_FUNCTION_KEY, UnreadableRecord, read_record
 from recipe.settings import Settings
@@ -206,7 +207,7 @@ def build_plan(
     # Only what the user adds after `--` can make verl read something the plan does not show.
     verl_check = check_verl_config(recipe_overrides, overrides, accepted) if accepted else VerlConfigCheck([])
     problems += verl_check.problems
-    problems += _checkpoint_root_problems(settings, overrides) + _data_file_problems(settings)
+    problems += own_path_problems(settings, overrides, env) + _data_file_problems(settings)
     problems += profile_problems(settings.profile, settings.train_batch_size)
     # A refused length would make the estimate divide by a sequence of no tokens: the refusal is the answer.
     refused_lengths = length_problems(overrides)
@@ -257,9 +258,10 @@ def _resume(settings: Settings, overrides: Sequence[str], drift_accepted: Sequen
             override_value(overrides, "trainer.resume_mode"), override_value(overrides, "trainer.resume_from_path"), root, None
         )
     except ResumeCheckError as error:
-        # `run`'s resume guard refuses this; the plan says why rather than failing here.
-        text = f"cannot tell: {printable(str(error))} (run refuses to start until it can)"
-        return {"action": "unknown", "reason": text, "text": text}
+        # One rule for `plan` and `run` (recipe.run_length): what `run` refuses, the plan refuses too.
+        raise RecipeConfigError(
+            [f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: {printable(str(error))}; {RESUME_WAYS_OUT}"]
+        ) from None
     if point.step is not None:
         point = replace(point, total=planned_step_total(settings, overrides))
     document = point.to_dict()
@@ -334,20 +336,6 @@ def _data_file_problems(settings: Settings) -> list[str]:
                 + (f" (e.g. {printable(str(path / 'train.parquet'))})" if os.path.isdir(path) and name == "TRAIN_FILES" else "")
             )
     return problems
-
-
-def _checkpoint_root_problems(settings: Settings, overrides: Sequence[str]) -> list[str]:
-    """Why the run could not write into its checkpoint root: a part of its path that exists and is no directory."""
-    root = planned_checkpoint_root(settings, overrides)
-    for part in (root, *root.parents):
-        if os.path.lexists(part):
-            if not part.is_dir():
-                return [
-                    f"CHECKPOINT_DIR={str(settings.checkpoint_dir)!r}: {printable(str(part))} is not a directory, "
-                    f"so the checkpoints cannot go to {printable(str(root))}"
-                ]
-            return []
-    return []
 
 
 def _drift_guard(settings: Settings, overrides: Sequence[str], record: dict[str, Any]) -> list[str]:

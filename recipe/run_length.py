@@ -9,12 +9,15 @@ TOTAL_EPOCHS, marked "about" since verl filters overlong prompts first.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from recipe.checkpoint_tracker import TRACKER_NAME, ResumeCheckError, tracked_step_dir
+from recipe.export.watch import MANIFEST
+from recipe.hydra_text import override_hint
 
 
 @dataclass(frozen=True)
@@ -83,14 +86,84 @@ class ResumePoint:
 
 
 _STEP_DIR = re.compile(r"global_step_(\d{1,18})")
+#: A save verl 0.9.1 made under the checkpoint root (ASCII digits, as verl names them).
+_SAVE_NAME = re.compile(r"global_step_([0-9]+)")
+#: Where verl 0.9.1's Megatron checkpoint manager loads the HF weights of a step from
+#: (get_hf_model_checkpoint_path: <step>/actor/model/huggingface; the pre-v2 layout it refuses).
+RESUMED_HF_DIR = "actor/model/huggingface"
+
+#: How out of a refused resume: every refusal names these (saves are the run's most expensive data).
+RESUME_WAYS_OUT = (
+    "train under another EXPERIMENT_NAME, resume from a step you checked with the overrides "
+    f"{override_hint('trainer.resume_mode=resume_path', 'trainer.resume_from_path=<its global_step_N dir>')}, "
+    f"or start afresh over the saves with {override_hint('trainer.resume_mode=disable')}"
+)
+
+
+def saved_steps(root: Path) -> list[str]:
+    """The `global_step_N` entries under `root`, whatever each is (an empty folder, a link): lowest step first."""
+    try:
+        names = [entry.name for entry in os.scandir(root) if _SAVE_NAME.fullmatch(entry.name)]
+    except OSError:  # no root (nothing saved), or one that cannot be listed: the plan's path check says why
+        return []
+    return sorted(names, key=lambda name: int(name.removeprefix("global_step_")))
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _auto_resume(root: Path, total: StepTotal | None) -> ResumePoint:
+    """`trainer.resume_mode=auto`: the one rule for every state of the tracker and the saves, for `plan` and `run` alike.
+
+    verl resumes from the step its tracker names; it trains afresh without a tracker, or when the named step is
+    not there, and fails or hangs on a tracker it cannot read. The recipe goes on only where that is safe: it
+    resumes from a tracked step that verl finished saving (its manifest and HF export are there; `run` checks the
+    export), and starts fresh only where nothing is saved. Everything else raises ResumeCheckError: a tracker that
+    is no readable regular file (a directory, a FIFO, a dangling or looping link), contents verl cannot read, a
+    tracked step that verl never finished, and a fresh start that would write over saves (no tracker, or one
+    naming a step that is not there: a negative or huge number, a step past the newest save).
+    """
+    tracker = root / TRACKER_NAME
+    unknown = "cannot tell which checkpoint verl would resume from"
+    if os.path.islink(tracker) and not os.path.exists(tracker):
+        # verl's os.path.exists says "no tracker" and trains afresh; the recipe reads such a link as unreadable.
+        raise ResumeCheckError(f"{unknown}: {tracker} is a link that leads nowhere (dangling or looping)")
+    try:
+        tracked = tracked_step_dir(root)
+    except ResumeCheckError as error:  # what verl would fail or wait forever on
+        raise ResumeCheckError(f"{unknown}: {error}") from None
+    saves = saved_steps(root)
+    if tracked is None:
+        if saves:
+            named = "no tracker" if not os.path.lexists(tracker) else f"{tracker} names a step that is not saved"
+            raise ResumeCheckError(
+                f"{named}, so verl would train afresh over the saves beside it ({_listed(saves)}), "
+                "overwriting or mixing them"
+            )
+        if os.path.lexists(tracker):
+            return ResumePoint(None, None, f"the tracker under {root} names a step that is not saved, and nothing is", total)
+        return ResumePoint(None, None, f"nothing saved under {root} yet", total)
+    step_dir, step = tracked
+    if not (step_dir / MANIFEST).is_file():
+        raise ResumeCheckError(
+            f"the checkpoint resume would load (step {step}) is incomplete: {step_dir / MANIFEST}, which verl writes "
+            "last, is missing"
+        )
+    if not (step_dir / RESUMED_HF_DIR).is_dir():
+        raise ResumeCheckError(
+            f"the checkpoint resume would load (step {step}) has no HF export at {step_dir / RESUMED_HF_DIR} (the "
+            "weights verl reloads), so it cannot be checked"
+        )
+    return ResumePoint(step, step_dir, f"the newest save under {root} (trainer.resume_mode=auto)", total)
 
 
 def resume_point(mode: str | None, resume_from: str | None, root: Path, total: StepTotal | None) -> ResumePoint:
     """Where verl 0.9.1 will start, by its own rule (RayPPOTrainer._load_checkpoint), read without changing anything.
 
     `disable`: fresh. `resume_path`: the directory trainer.resume_from_path names. `auto`: the
-    step the tracker under `root` names (recipe.checkpoint_tracker, as verl reads it), fresh
-    without one. An unreadable tracker raises ResumeCheckError (run's resume guard refuses it).
+    step the tracker under `root` names (recipe.checkpoint_tracker, as verl reads it), by the rule of
+    `_auto_resume`, which raises ResumeCheckError where `run` refuses to start.
     """
     if mode == "disable":
         return ResumePoint(None, None, "trainer.resume_mode=disable", total)
@@ -102,15 +175,7 @@ def resume_point(mode: str | None, resume_from: str | None, root: Path, total: S
         if step is None:
             return ResumePoint(None, None, f"trainer.resume_from_path={resume_from} names no global_step_N directory", total)
         return ResumePoint(step, Path(resume_from), f"trainer.resume_from_path={resume_from}", total)
-    tracked = tracked_step_dir(root)
-    if tracked is None:
-        if (root / TRACKER_NAME).exists():
-            why = f"the tracker under {root} names a step directory that does not exist (verl trains afresh then)"
-        else:
-            why = f"nothing saved under {root} yet"
-        return ResumePoint(None, None, why, total)
-    step_dir, step = tracked
-    return ResumePoint(step, step_dir, f"the newest save under {root} (trainer.resume_mode=auto)", total)
+    return _auto_resume(root, total)
 
 
-__all__ = ["ResumeCheckError", "ResumePoint", "StepTotal", "resume_point", "total_steps"]
+__all__ = ["RESUMED_HF_DIR", "RESUME_WAYS_OUT", "ResumeCheckError", "ResumePoint", "StepTotal", "resume_point", "saved_steps", "total_steps"]

@@ -12,6 +12,7 @@ the only copy of the model weights that `resume_mode=auto` reloads from.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -20,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recipe.atomic import atomic_write
+from recipe.export.evidence import MAX_REPORT_BYTES, collect_evidence
 from recipe.export.hf_check import DEFAULT_ALLOWED_PATTERNS, ExportCheckError, verify_export
 from recipe.export.report import ExportReport, printable
+from recipe.read_back import FileRefused
 
 logger = logging.getLogger("recipe.export.watch")
 
@@ -29,8 +32,6 @@ STEP_DIR = re.compile(r"^global_step_([0-9]+)$")  # ASCII digits only, as verl w
 HF_SUBDIRS: tuple[str, ...] = ("actor/model/huggingface", "actor/huggingface")
 MANIFEST = "actor/ckpt_contents.json"
 REPORT_NAME = "hf_export_report.json"
-#: A report larger than this is not one the watcher wrote (they are kilobytes); its readers refuse it.
-MAX_REPORT_BYTES = 16 << 20
 #: How deep below the given directory global_step_N folders are looked for.
 SEARCH_DEPTH = 3
 
@@ -42,6 +43,11 @@ class HFExport:
     step: int
     directory: Path
     ready: bool
+
+    @property
+    def step_dir(self) -> Path:
+        """The global_step_N folder the export lies in (HF_SUBDIRS below it)."""
+        return next((part for part in self.directory.parents if STEP_DIR.match(part.name)), self.directory.parent)
 
 
 def _step_dirs(root: Path, depth: int) -> list[Path]:
@@ -100,10 +106,13 @@ def check_export(
         return None
     if write_report:
         try:
+            # What makes the report count for this export later, and only for it (recipe.export.evidence).
+            evidence = collect_evidence(export.step, export.step_dir, export.directory)
+            document = {**report.to_dict(), "evidence": evidence.model_dump()}
+            text = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
             # Atomic, and a link planted at the report's name is replaced, never written through.
-            text = (report.to_json() + "\n").encode()
             atomic_write(export.directory.parent / REPORT_NAME, lambda out: out.write(text))
-        except OSError as error:
+        except (OSError, FileRefused) as error:
             logger.warning("cannot write %s: %s", export.directory.parent / REPORT_NAME, error)
     if report.status == "broken":
         logger.error("BROKEN HF export at step %d\n%s", export.step, report.summary())

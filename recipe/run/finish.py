@@ -6,7 +6,8 @@ again, nor fail on the resume guard. And after the trainer's process died of a s
 teardown crash after the work was done (recipe.trainer_main prevents the known one) is no failed
 run. Both answer from the same evidence, and only from evidence: verl's tracker names the planned
 last step, verl finished that save (its manifest, written last), and that step's HF export
-passed its check (the export watcher's report, or the check made now). The planned total is
+passed its check (the export watcher's report, when its evidence matches that export: recipe.export.evidence;
+else the check made now). The planned total is
 `trainer.total_training_steps`, else the row estimate (recipe.run_length), an upper bound of
 verl's own count since verl only drops rows: a run that stops below it is not called finished.
 """
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
-from recipe.read_back import FileRefused, read_json
-from recipe.export.watch import HF_SUBDIRS, MANIFEST, MAX_REPORT_BYTES, REPORT_NAME, HFExport, check_export
+from recipe.export.evidence import trusted_status
+from recipe.export.watch import HF_SUBDIRS, MANIFEST, REPORT_NAME, HFExport, check_export
 from recipe.launch import override_value, planned_checkpoint_root, planned_step_total
 from recipe.plan import Plan
 from recipe.run_length import StepTotal
@@ -40,22 +41,14 @@ class FinalSave:
         return f"step {self.step} of {self.total}, saved under {self.root} (HF export {self.export_status})"
 
 
-def _report_status(report: Path) -> str | None:
-    """The status in the watcher's report of an export, or None when there is no readable one."""
-    try:
-        document = read_json(report, MAX_REPORT_BYTES)
-    except FileRefused:
-        return None
-    status = document.get("status") if isinstance(document, dict) else None
-    return status if isinstance(status, str) else None
-
-
 def _export_status(step_dir: Path, step: int, reference: Path) -> str | None:
-    """The step's export status: the watcher's report beside it, else checked now (nothing written); None without one."""
+    """The step's export status: the watcher's report when its evidence matches the export, else checked now; None
+    without an export, or when it cannot be checked. Nothing is written."""
     export = next((step_dir / sub for sub in HF_SUBDIRS if (step_dir / sub).is_dir()), None)
     if export is None:
         return None
-    status = _report_status(export.parent / REPORT_NAME)  # where the watcher writes it (recipe.export.watch)
+    # Where the watcher writes it (recipe.export.watch); forged, stale or foreign reports are not known.
+    status = trusted_status(export.parent / REPORT_NAME, step, step_dir, export)
     if status is not None:
         return status
     report = check_export(HFExport(step, export, True), reference=reference, write_report=False)

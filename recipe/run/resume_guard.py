@@ -4,29 +4,16 @@ from __future__ import annotations
 
 import logging
 
-from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
-from recipe.export.watch import MANIFEST, REPORT_NAME
-from recipe.hydra_text import override_hint
+from recipe.checkpoint_tracker import ResumeCheckError
+from recipe.export.watch import REPORT_NAME
 from recipe.launch import (
     checkpoint_root,
     resume_mode_problem,
 )
 from recipe.plan import Plan
+from recipe.run_length import RESUME_WAYS_OUT, RESUMED_HF_DIR, resume_point
 
 logger = logging.getLogger("recipe")
-
-
-#: Where verl 0.9.1's Megatron checkpoint manager loads the HF weights of a step from
-#: (get_hf_model_checkpoint_path: <step>/actor/model/huggingface; the pre-v2 layout it refuses).
-RESUMED_HF_DIR = "actor/model/huggingface"
-
-
-#: Every refusal of the guard ends with these ways out.
-RESUME_WAY_OUT = (
-    "resume from a step you checked with the overrides "
-    f"{override_hint('trainer.resume_mode=resume_path', 'trainer.resume_from_path=<its global_step_N dir>')}, "
-    f"start afresh with {override_hint('trainer.resume_mode=disable')}, or move that step away"
-)
 
 
 def _resume_mode(plan: Plan) -> tuple[str | None, str | None]:
@@ -56,35 +43,26 @@ def resume_problem(plan: Plan) -> str | None:
     With verl's defaults (no Megatron dist checkpoint) the HF export of a save is the
     only copy of the model weights, and `trainer.resume_mode=auto` reloads it: training
     on from an export that lost tensors would silently continue from a damaged model.
-    Mirrors how verl 0.9.1 picks the step (tracked_step_dir) and refuses whatever it
-    cannot check: an unreadable tracker, a save without its manifest, an HF export that is
-    missing, cannot be checked or is broken, a resume mode it cannot read. Writes nothing.
+    Takes the step by the plan's rule (recipe.run_length.resume_point: an unreadable tracker, an
+    unfinished save, a fresh start over saves are refused there) and refuses an HF export that cannot
+    be checked or is broken, and a resume mode it cannot read. Writes nothing.
     `resume_mode=resume_path` (a step the user chose) and `disable` pass.
     """
     mode, problem = _resume_mode(plan)
     if problem:
-        return f"{problem}; {RESUME_WAY_OUT}"
+        return f"{problem}; {RESUME_WAYS_OUT}"
     if mode != "auto":
         return None  # the user chose where to resume from (or not to), after `--`
     where = f"CHECKPOINT_DIR={str(plan.settings.checkpoint_dir)!r}"
     try:
-        tracked = tracked_step_dir(checkpoint_root(plan.settings))
+        # The plan's own rule (recipe.run_length): the plan refused these already, this guard holds it for `run`.
+        point = resume_point(mode, None, checkpoint_root(plan.settings), None)
     except ResumeCheckError as error:
-        return f"{where}: cannot tell which checkpoint verl would resume from: {error}; {RESUME_WAY_OUT}"
-    if tracked is None:
+        return f"{where}: {error}; {RESUME_WAYS_OUT}"
+    if point.path is None or point.step is None:
         return None
-    step_dir, step = tracked
-    if not (step_dir / MANIFEST).is_file():
-        return (
-            f"{where}: the checkpoint resume would load (step {step}) is incomplete: {step_dir / MANIFEST}, "
-            f"which verl writes last, is missing; {RESUME_WAY_OUT}"
-        )
+    step_dir, step = point.path, point.step
     export = step_dir / RESUMED_HF_DIR
-    if not export.is_dir():
-        return (
-            f"{where}: the checkpoint resume would load (step {step}) has no HF export at {export} (the weights "
-            f"verl reloads), so it cannot be checked; {RESUME_WAY_OUT}"
-        )
     try:
         # lazy: the export checker loads only when there is an export to check
         from recipe.export.hf_check import verify_export
@@ -93,7 +71,7 @@ def resume_problem(plan: Plan) -> str | None:
     except Exception as error:  # ExportCheckError, or anything hostile files make the checker raise
         return (
             f"{where}: the HF export of the checkpoint resume would load (step {step}) cannot be checked "
-            f"({str(error)[:300]}); {RESUME_WAY_OUT}"
+            f"({str(error)[:300]}); {RESUME_WAYS_OUT}"
         )
     if report.status != "broken":
         return None
@@ -102,5 +80,5 @@ def resume_problem(plan: Plan) -> str | None:
     see = f"; see {saved_report}" if saved_report.is_file() else ""
     return (
         f"{where}: the checkpoint resume would load (step {step}) has a broken HF export ({lost}){see}. "
-        f"Do not train on from it: {RESUME_WAY_OUT}"
+        f"Do not train on from it: {RESUME_WAYS_OUT}"
     )

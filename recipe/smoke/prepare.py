@@ -29,10 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from recipe.errors import RecipeConfigError
+from recipe.read_back import FileRefused, read_json
 from recipe.smoke import arithmetic
 from recipe.smoke.tokenizer import SHIPPED
 
 MANIFEST = "smoke-assets.json"
+#: A manifest larger than this was not written here (they are a few kilobytes).
+MAX_MANIFEST_BYTES = 1 << 20
 #: Bump when the build itself changes in a way the inputs below do not show.
 BUILD_VERSION = 2
 TRAIN_ROWS = 64
@@ -91,15 +94,32 @@ def fingerprint(seed: int) -> dict[str, Any]:
 
 def _read_manifest(root: Path) -> dict[str, Any] | None:
     try:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        # Bounded, and never blocking on a FIFO planted at its name (recipe.read_back).
+        manifest = read_json(root / MANIFEST, MAX_MANIFEST_BYTES)
+    except FileRefused:
         return None
     return manifest if isinstance(manifest, dict) else None
 
 
+def _built_files(root: Path) -> dict[str, int]:
+    """{relative path: size} of every file of a build but its manifest: what the manifest vouches for."""
+    return {
+        path.relative_to(root).as_posix(): path.stat().st_size
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
+    }
+
+
 def _is_current(root: Path, wanted: dict[str, Any]) -> bool:
+    """The build at `root` is this one: its manifest's inputs are `wanted`, and its files are the ones it built
+    (a file deleted, added or cut short since means rebuild: a manifest is evidence only of what it lists)."""
     manifest = _read_manifest(root)
-    return manifest is not None and manifest.get("fingerprint") == wanted
+    if manifest is None or manifest.get("fingerprint") != wanted:
+        return False
+    try:
+        return manifest.get("files") == _built_files(root)
+    except OSError:
+        return False
 
 
 def _build_model(model_dir: Path, seed: int) -> None:
@@ -148,7 +168,7 @@ def _build(staging: Path, seed: int, wanted: dict[str, Any]) -> None:
     _build_tokenizer(assets.model_path)
     arithmetic.write_dataset(assets.train_file.parent, seed, TRAIN_ROWS, TEST_ROWS)
     _make_readable(staging)
-    manifest = {"fingerprint": wanted, "build_seconds": round(time.monotonic() - started, 2)}
+    manifest = {"fingerprint": wanted, "files": _built_files(staging), "build_seconds": round(time.monotonic() - started, 2)}
     # Last: a manifest means a complete build.
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 

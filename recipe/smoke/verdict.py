@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recipe.export.watch import MAX_REPORT_BYTES
 from recipe.numbers import NumberRefused, whole_number
-from recipe.read_back import FileRefused, parse_json, read_file, read_json
+from recipe.read_back import FileRefused, parse_json, read_file
 
 if TYPE_CHECKING:  # counting imports transformers and verl: only where the check runs
     from recipe.data.prompt_lengths import PromptLengths
+    from recipe.export.watch import HFExport
 
 #: GRPO's advantages: not all equal when the rewards differ within some prompt's group of samples.
 ADVANTAGE_MAX, ADVANTAGE_MIN = "critic/advantages/max", "critic/advantages/min"
@@ -269,20 +269,18 @@ def _export_was_trained(export: Path, initial_model: Path, name: str, part: str 
     return Check(name, False, f"all {len(shared)} shared {which}s equal the initial model's", limit)
 
 
-def _watcher_report(export: Path) -> Check:
+def _watcher_report(export: HFExport) -> Check:
     # lazy: the export watcher's module loads only when the verdict judges an export
+    from recipe.export.evidence import trusted_status
     from recipe.export.watch import REPORT_NAME
 
-    path = export.parent / REPORT_NAME
-    limit = "its report says COMPLETE or LENIENT"
-    try:
-        report = read_json(path, MAX_REPORT_BYTES)
-    except FileRefused:  # absent, a FIFO or folder, too large, not JSON, not UTF-8, too deep (recipe.read_back)
-        report = None
-    if not isinstance(report, dict):
-        return Check("export watcher", False, f"no readable report at {path}", limit)
-    status = report.get("status")
-    return Check("export watcher", status in ("complete", "lenient"), str(status).upper(), limit)
+    path = export.directory.parent / REPORT_NAME
+    limit = "its report, with evidence that matches the export, says COMPLETE or LENIENT"
+    # Unreadable, forged, another step's or out of date (recipe.export.evidence): not the watcher's word on this export.
+    status = trusted_status(path, export.step, export.step_dir, export.directory)
+    if status is None:
+        return Check("export watcher", False, f"no report of the watcher's for this export at {path}", limit)
+    return Check("export watcher", status in ("complete", "lenient"), status.upper(), limit)
 
 
 def judge_export(checkpoint_root: Path, initial_model: Path) -> list[Check]:
@@ -297,7 +295,7 @@ def judge_export(checkpoint_root: Path, initial_model: Path) -> list[Check]:
         _export_report(export.directory, initial_model),
         _export_was_trained(export.directory, initial_model, "export was trained"),
         _export_was_trained(export.directory, initial_model, "vision tower was trained", VISION_TENSORS),
-        _watcher_report(export.directory),
+        _watcher_report(export),
     ]
 
 

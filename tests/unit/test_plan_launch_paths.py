@@ -152,8 +152,10 @@ def _root(tmp_path: Path) -> Path:
 
 
 def _save(tmp_path: Path, step: int) -> Path:
+    """A save verl finished: its HF export folder, its manifest (written last), the tracker naming it."""
     step_dir = _root(tmp_path) / f"global_step_{step}"
-    step_dir.mkdir(parents=True)
+    (step_dir / "actor" / "model" / "huggingface").mkdir(parents=True)
+    (step_dir / "actor" / "ckpt_contents.json").write_text("{}")
     (_root(tmp_path) / TRACKER_NAME).write_text(str(step))
     return step_dir
 
@@ -198,14 +200,14 @@ def test_plan_follows_the_resume_mode_the_user_chose(tmp_path: Path, model: Path
     assert build_plan(_full(tmp_path, model), {}, overrides).resume["text"] == expected
 
 
-def test_a_tracker_naming_a_missing_step_and_an_unreadable_one_are_said(tmp_path: Path, model: Path) -> None:  # noqa: F811
+def test_a_tracker_naming_a_missing_step_is_said_and_an_unreadable_one_refused(tmp_path: Path, model: Path) -> None:  # noqa: F811
     _root(tmp_path).mkdir(parents=True)
     (_root(tmp_path) / TRACKER_NAME).write_text("9")
     plan = build_plan(_full(tmp_path, model), {})
-    assert plan.resume["action"] == "fresh" and "names a step directory that does not exist" in plan.resume["text"]
+    assert plan.resume["action"] == "fresh" and "names a step that is not saved, and nothing is" in plan.resume["text"]
     (_root(tmp_path) / TRACKER_NAME).write_text("nine")
-    plan = build_plan(_full(tmp_path, model), {})
-    assert plan.resume["action"] == "unknown" and "run refuses to start until it can" in plan.resume["text"]
+    with pytest.raises(RecipeConfigError, match="cannot tell which checkpoint verl would resume from: .* holds b'nine'"):
+        build_plan(_full(tmp_path, model), {})
 
 
 def test_without_a_configured_total_plan_counts_the_training_files_rows(tmp_path: Path, model: Path) -> None:  # noqa: F811

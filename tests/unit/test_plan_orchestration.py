@@ -29,6 +29,7 @@ from recipe.settings import Settings
 from recipe.smoke import shipped_model_dir
 from recipe.verl_config import VerlConfigCheck
 
+from .export.conftest import finished_step
 from .envtools import settings_of
 
 COMMAND_NOTE = "with these overrides (one argv item each; the exact command line: plan --json, or run's Executing: line)"
@@ -281,31 +282,6 @@ def test_data_files_not_there_yet_are_no_problem_of_the_plan(tmp_path: Path) -> 
     assert plan_module._data_file_problems(settings_of(TRAIN_FILES=str(tmp_path / "a"), VAL_FILES=str(tmp_path / "b"))) == []
 
 
-def test_a_checkpoint_root_below_a_file_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "ck").write_text("a file")
-    settings = smoke(tmp_path)
-    root = tmp_path / "ck" / "grpo_recipe_smoke" / "qwen3_5_moe_tiny"
-    assert plan_module._checkpoint_root_problems(settings, []) == [
-        f"CHECKPOINT_DIR='{tmp_path / 'ck'}': {tmp_path / 'ck'} is not a directory, so the checkpoints cannot go to {root}"
-    ]
-    with pytest.raises(RecipeConfigError) as caught:
-        build_plan(settings, {})
-    assert caught.value.problems == plan_module._checkpoint_root_problems(settings, [])
-
-
-def test_the_checkpoint_root_the_overrides_name_is_the_one_checked(tmp_path: Path) -> None:
-    (tmp_path / "file").write_text("x")
-    settings = smoke(tmp_path)
-    elsewhere = f"trainer.default_local_dir={tmp_path / 'file' / 'run'}"
-    assert plan_module._checkpoint_root_problems(settings, [elsewhere]) == [
-        f"CHECKPOINT_DIR='{tmp_path / 'ck'}': {tmp_path / 'file'} is not a directory, so the checkpoints cannot go to "
-        f"{tmp_path / 'file' / 'run'}"
-    ]
-    assert plan_module._checkpoint_root_problems(settings, [f"trainer.default_local_dir={tmp_path / 'new' / 'run'}"]) == []
-    (tmp_path / "ck").mkdir()
-    assert plan_module._checkpoint_root_problems(settings, []) == []
-
-
 # --- the drift guard ---------------------------------------------------------------------------------------------------
 
 
@@ -313,10 +289,12 @@ def _saved_run(tmp_path: Path, model: Path, tracker: str | None = "1", where: st
     """A checkpoint root as a run of full(tmp_path, model) leaves it: its record, verl's tracker and step directory."""
     plan = build_plan(full(tmp_path, model), {})
     root = Path(dict(text.split("=", 1) for text in plan.overrides)["trainer.default_local_dir"].strip("'"))
-    (root / "global_step_1").mkdir(parents=True)
-    write_record(root if where == "root" else root / "global_step_1", record_bytes(plan.provenance))
     if tracker is not None:
+        finished_step(root, 1)
         (root / TRACKER_NAME).write_text(tracker)
+    else:
+        root.mkdir(parents=True)  # no tracker: a record, and no save (verl never saved: it starts fresh)
+    write_record(root if where == "root" else root / "global_step_1", record_bytes(plan.provenance))
     return root, plan.provenance
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from recipe.checkpoint_tracker import TRACKER_NAME
+from recipe.export.evidence import collect_evidence
 from recipe.export.watch import MANIFEST, REPORT_NAME
 from recipe.plan import Plan
 from recipe.run.finish import final_save
@@ -99,8 +100,11 @@ def _save(tmp_path: Path, step: int, status: str | None = "complete", manifest: 
     (step_dir / "actor" / "model" / "huggingface").mkdir(parents=True, exist_ok=True)
     if manifest:
         (step_dir / MANIFEST).write_text("{}")
-    if status is not None:  # where the watcher writes it: beside the export
-        (step_dir / "actor" / "model" / REPORT_NAME).write_text(json.dumps({"status": status}))
+    export = step_dir / "actor" / "model" / "huggingface"
+    (export / "config.json").write_text("{}")
+    if status is not None:  # where the watcher writes it, beside the export, with what it saw (recipe.export.evidence)
+        evidence = collect_evidence(step, step_dir, export).model_dump()
+        (step_dir / "actor" / "model" / REPORT_NAME).write_text(json.dumps({"status": status, "evidence": evidence}))
     (_root(tmp_path) / TRACKER_NAME).write_text(str(step))
     return step_dir
 
@@ -171,32 +175,44 @@ def test_an_unreadable_report_never_makes_a_run_finished(plans: dict[str, Plan],
         os.mkfifo(path)  # a FIFO: never opened in a blocking way
     else:
         path.write_bytes(report)
-    # Unreadable: the export is checked now, and an empty export folder is no sound export.
+    # Unreadable: the export is checked now, and a folder with only an empty config.json is no sound export.
     assert final_save(_planned(plans["full"], tmp_path)) is None
     path.unlink()
-    path.write_text('{"status": "complete"}')
-    assert final_save(_planned(plans["full"], tmp_path)) is not None  # the control: a sound report finishes it
+    _save(tmp_path, TOTAL)
+    assert final_save(_planned(plans["full"], tmp_path)) is not None  # the control: the watcher's report finishes it
 
 
-def test_run_end_to_end_a_stand_in_that_really_segfaults_after_its_final_save(tmp_path: Path, model: Path) -> None:
+@pytest.fixture(scope="module")
+def sound_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen3.5-MoE written by transformers' save_pretrained: an export the watcher finds complete."""
+    from .export.conftest import tiny_qwen35_moe
+
+    directory = tmp_path_factory.mktemp("sound") / "hf"
+    tiny_qwen35_moe().save_pretrained(directory)
+    return directory
+
+
+def test_run_end_to_end_a_stand_in_that_really_segfaults_after_its_final_save(tmp_path: Path, model: Path,
+                                                                               sound_export: Path) -> None:
     """The real CLI in a process; the stand-in trainer saves step 2 of 2, then kills itself with SIGSEGV."""
     from .runtools import cli, layout_of_one, run_environment
 
     stand_in = tmp_path / "segfaults.py"
     stand_in.write_text(textwrap.dedent(
         """
-        import json, os, signal, sys
+        import os, shutil, signal, sys
         value = [a for a in sys.argv[1:] if a.startswith("trainer.default_local_dir=")][-1].split("=", 1)[1].strip("'")
         step = os.path.join(value, "global_step_2")
-        os.makedirs(os.path.join(step, "actor", "model", "huggingface"), exist_ok=True)
+        # A sound export (a real model's files): the export watcher of `run` checks it at its last sweep.
+        shutil.copytree(os.environ["STAND_IN_EXPORT"], os.path.join(step, "actor", "model", "huggingface"))
         open(os.path.join(step, "actor", "ckpt_contents.json"), "w").write("{}")
-        open(os.path.join(step, "actor", "model", "hf_export_report.json"), "w").write(json.dumps({"status": "lenient"}))
         open(os.path.join(value, "latest_checkpointed_iteration.txt"), "w").write("2")
         os.kill(os.getpid(), signal.SIGSEGV)
         """
     ))
     env = run_environment(tmp_path, model, **layout_of_one(OVERRIDES="trainer.total_training_steps=2"))
     env["RECIPE_TEST_TRAINER"] = f"{sys.executable} {stand_in}"
+    env["STAND_IN_EXPORT"] = str(sound_export)
     first = cli(["run"], env)
     assert first.returncode == 0, first.stderr
     assert "died of signal 11 (exit 139) after the run's last save, step 2 of 2" in first.stdout

@@ -41,8 +41,16 @@ def _named_in_recipe() -> dict[str, str]:
     return found
 
 
+#: Variables verl 0.9.1 reads outside the families recipe.env_names lists; the recipe sets each for the trainer
+#: (recipe.launch.runtime_environment), and a user's value wins.
+READ_BY_VERL = {
+    "TENSORBOARD_DIR": "verl/utils/tracking.py, _TensorboardAdapter",
+    "VERL_FILE_LOGGER_PATH": "verl/utils/tracking.py, FileLogger",
+}
+
+
 def _read_by_something() -> set[str]:
-    return {name.upper() for name in Settings.model_fields} | set().union(*known_names().values())
+    return {name.upper() for name in Settings.model_fields} | set().union(*known_names().values()) | set(READ_BY_VERL)
 
 
 def test_the_scan_sees_the_forms_messages_use() -> None:

@@ -125,6 +125,14 @@ def saved_run(values: dict[str, str], extra: tuple[str, ...] = (), environ: dict
 
     root = Path(values["CHECKPOINT_DIR"]) / values.get("PROJECT_NAME", "p") / values.get("EXPERIMENT_NAME", "e")
     write_record(root, record_bytes(plan_of(values, extra, environ).provenance))
-    (root / "global_step_1").mkdir()
+    finished_step(root, 1)
     (root / TRACKER).write_text("1")
     return root
+
+
+def finished_step(root: Path, step: int) -> Path:
+    """global_step_<step> as verl leaves a save it finished: the HF export folder, and its manifest written last."""
+    step_dir = root / f"global_step_{step}"
+    (step_dir / "actor" / "model" / "huggingface").mkdir(parents=True, exist_ok=True)
+    (step_dir / "actor" / "ckpt_contents.json").write_text("{}")
+    return step_dir

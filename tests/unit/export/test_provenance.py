@@ -91,6 +91,7 @@ def test_no_resume_no_comparison(inputs: dict[str, str]) -> None:
     changed = {**inputs, "TRAIN_BATCH_SIZE": "16"}
     plan_of(changed, ("trainer.resume_mode=disable",))
     (root / TRACKER).unlink()
+    shutil.rmtree(root / "global_step_1")  # nothing saved and no tracker: verl starts afresh over nothing
     plan_of(changed)
 
 
@@ -110,7 +111,10 @@ def test_run_writes_the_record_and_copies_it_into_each_new_step(tmp_path: Path, 
     work = tmp_path / "run"
     work.mkdir()
     root = work / "checkpoints" / "p" / "e"
-    (root / "global_step_1").mkdir(parents=True)  # an older step: it keeps what it had (nothing)
+    # An older step, finished (a sound export, its manifest, the tracker naming it): it keeps what it had (no record).
+    shutil.copytree(qwen35_saved, root / "global_step_1" / "actor" / "model" / "huggingface")
+    (root / "global_step_1" / "actor" / "ckpt_contents.json").write_text("{}")
+    (root / "latest_checkpointed_iteration.txt").write_text("1")
     env = run_environment(work, qwen35_saved, **layout_of_one()) | {
         "STAND_IN_MODE": "save",
         "STAND_IN_EXPORT": str(qwen35_saved),

@@ -71,9 +71,10 @@ def test_an_explicit_resume_choice_is_not_blocked(
 
 #: The way out every refusal ends with (docs/export.md, "In one paragraph"): pinned, since users grep for it.
 WAY_OUT = (
-    "resume from a step you checked with the overrides `trainer.resume_mode=resume_path trainer.resume_from_path=<its "
-    "global_step_N dir>` (in OVERRIDES, or after `--` of plan and run), start afresh with `trainer.resume_mode=disable` "
-    "(in OVERRIDES, or after `--` of plan and run), or move that step away"
+    "train under another EXPERIMENT_NAME, resume from a step you checked with the overrides "
+    "`trainer.resume_mode=resume_path trainer.resume_from_path=<its global_step_N dir>` (in OVERRIDES, or after `--` "
+    "of plan and run), or start afresh over the saves with `trainer.resume_mode=disable` (in OVERRIDES, or after `--` "
+    "of plan and run)"
 )
 #: Why a resume mode is refused (recipe.launch.resume_mode_problem), after `trainer.resume_mode=<value>: `.
 NOT_A_MODE = (
@@ -182,34 +183,42 @@ def test_a_composed_config_without_a_resume_mode_is_refused(
 
 def test_another_mode_never_looks_at_the_checkpoint(tmp_path: Path, composed: None) -> None:
     """disable and resume_path pass even where auto would find an incomplete step."""
+    plan = _plan(tmp_path)  # before the step: the plan refuses an incomplete step itself
     _step(tmp_path / "p" / "e", 40, manifest=False)
-    plan = _plan(tmp_path)
     assert resume_problem(plan) is not None
     for mode in ("disable", "resume_path"):
         assert resume_problem(_with_overrides(plan, f"trainer.resume_mode={mode}")) is None
 
 
 def test_auto_with_a_tracker_it_cannot_read_is_refused_naming_it(tmp_path: Path, composed: None) -> None:
-    root = tmp_path / "p" / "e"
+    root, plan = tmp_path / "p" / "e", _plan(tmp_path)
     _step(root, 40)
     (root / "latest_checkpointed_iteration.txt").write_text("forty")
-    assert resume_problem(_plan(tmp_path)) == (
+    assert resume_problem(plan) == (
         f"CHECKPOINT_DIR={str(tmp_path)!r}: cannot tell which checkpoint verl would resume from: "
         f"{root / 'latest_checkpointed_iteration.txt'} holds b'forty', which verl reads with int(f.read().decode()) "
         f"and would fail on; {WAY_OUT}"
     )
 
 
-def test_auto_with_a_tracker_naming_no_saved_step_trains_afresh(tmp_path: Path, composed: None) -> None:
-    root = tmp_path / "p" / "e"
-    _step(root, 20)
+def test_auto_with_a_tracker_naming_no_saved_step_trains_afresh_only_over_nothing(tmp_path: Path, composed: None) -> None:
+    root, plan = tmp_path / "p" / "e", _plan(tmp_path)
+    root.mkdir(parents=True)
     (root / "latest_checkpointed_iteration.txt").write_text("40")
-    assert resume_problem(_plan(tmp_path)) is None
+    assert resume_problem(plan) is None  # nothing saved: nothing to lose
+    _step(root, 20)
+    (root / "latest_checkpointed_iteration.txt").write_text("40")  # past the newest save
+    assert resume_problem(plan) == (
+        f"CHECKPOINT_DIR={str(tmp_path)!r}: {root / 'latest_checkpointed_iteration.txt'} names a step that is not "
+        f"saved, so verl would train afresh over the saves beside it (global_step_20), overwriting or mixing them; "
+        f"{WAY_OUT}"
+    )
 
 
 def test_auto_refuses_a_step_without_its_manifest(tmp_path: Path, composed: None) -> None:
+    plan = _plan(tmp_path)
     step_dir = _step(tmp_path / "p" / "e", 40, manifest=False)
-    assert resume_problem(_plan(tmp_path)) == (
+    assert resume_problem(plan) == (
         f"CHECKPOINT_DIR={str(tmp_path)!r}: the checkpoint resume would load (step 40) is incomplete: "
         f"{step_dir / 'actor' / 'ckpt_contents.json'}, which verl writes last, is missing; {WAY_OUT}"
     )
@@ -217,12 +226,13 @@ def test_auto_refuses_a_step_without_its_manifest(tmp_path: Path, composed: None
 
 @pytest.mark.parametrize("export", ["missing", "a file"])
 def test_auto_refuses_a_step_without_an_hf_export(tmp_path: Path, composed: None, export: str) -> None:
+    plan = _plan(tmp_path)
     step_dir = _step(tmp_path / "p" / "e", 40, export=False)
     hf = step_dir / "actor" / "model" / "huggingface"
     if export == "a file":
         hf.parent.mkdir()
         hf.write_text("not a folder")
-    assert resume_problem(_plan(tmp_path)) == (
+    assert resume_problem(plan) == (
         f"CHECKPOINT_DIR={str(tmp_path)!r}: the checkpoint resume would load (step 40) has no HF export at {hf} "
         f"(the weights verl reloads), so it cannot be checked; {WAY_OUT}"
     )

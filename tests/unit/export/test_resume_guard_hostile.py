@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from recipe.run.resume_guard import ResumeCheckError, resume_problem, tracked_step_dir
+from recipe.checkpoint_tracker import ResumeCheckError, tracked_step_dir
+from recipe.run.resume_guard import resume_problem
 from recipe.errors import RecipeConfigError
 from recipe.plan import build_plan
 from recipe.settings import Settings

@@ -8,6 +8,8 @@ milliseconds, without torch. test_commands_and_watch.py runs the watcher over re
 
 from __future__ import annotations
 
+import json
+
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -192,8 +194,10 @@ def test_check_writes_the_report_json_beside_the_export_and_logs_the_status(
         report = check_export(export, ["^x$"], reference=reference)
     assert report == report_for(export.directory)
     assert calls == [(export.directory, ["^x$"], reference)]
-    written = tmp_path / "global_step_4" / "actor" / "model" / REPORT_NAME
-    assert written.read_text() == report.to_json() + "\n"
+    written = json.loads((tmp_path / "global_step_4" / "actor" / "model" / REPORT_NAME).read_text())
+    evidence = written.pop("evidence")  # what the watcher saw (recipe.export.evidence, test_report_evidence.py)
+    assert written == json.loads(report.to_json())
+    assert evidence == {"step": 4, "export": "actor/model/huggingface", "files": {}}
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("INFO", f"HF export at step 4: complete\n{report.summary()}")
     ]

@@ -175,17 +175,28 @@ def test_a_manifest_that_is_a_directory_is_no_manifest(tmp_path: Path) -> None:
     ("manifest", "current"),
     [
         (None, False),
-        ({"fingerprint": {"seed": 0}}, True),
-        ({"fingerprint": {"seed": 1}}, False),
-        ({"other": {"seed": 0}}, False),
+        ({"fingerprint": {"seed": 0}, "files": {"model/w": 1}}, True),
+        ({"fingerprint": {"seed": 0}}, False),  # a manifest that vouches for no files (or from before files)
+        ({"fingerprint": {"seed": 1}, "files": {"model/w": 1}}, False),
+        ({"other": {"seed": 0}, "files": {"model/w": 1}}, False),
+        ({"fingerprint": {"seed": 0}, "files": {"model/w": 2}}, False),  # cut short or grown since
+        ({"fingerprint": {"seed": 0}, "files": {"model/w": 1, "data/train.parquet": 9}}, False),  # a file deleted
+        ({"fingerprint": {"seed": 0}, "files": {}}, False),  # a file added
     ],
 )
-def test_a_build_is_current_only_when_its_fingerprint_is_the_wanted_one(
+def test_a_build_is_current_only_when_its_fingerprint_is_the_wanted_one_and_its_files_are_the_built_ones(
     tmp_path: Path, manifest: dict[str, Any] | None, current: bool
 ) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "w").write_bytes(b"w")
     if manifest is not None:
         (tmp_path / MANIFEST).write_text(json.dumps(manifest))
     assert prepare._is_current(tmp_path, {"seed": 0}) is current
+
+
+def test_a_manifest_that_is_a_fifo_is_no_manifest_and_never_blocks(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / MANIFEST)
+    assert prepare._read_manifest(tmp_path) is None
 
 
 # --- the build ---------------------------------------------------------------------------------
@@ -324,7 +335,8 @@ def test_the_build_writes_model_data_and_last_a_manifest(
     assert dataset_calls == [(staging / "data", 5, 64, 8)]
     manifest = json.loads((staging / MANIFEST).read_text(encoding="utf-8"))
     assert manifest["fingerprint"] == {"wanted": True}
-    assert set(manifest) == {"fingerprint", "build_seconds"}
+    assert set(manifest) == {"fingerprint", "files", "build_seconds"}
+    assert manifest["files"] == prepare._built_files(staging)  # what it vouches for: every file it built
     assert (
         isinstance(manifest["build_seconds"], float)
         and 0 <= manifest["build_seconds"] < 60
@@ -381,7 +393,7 @@ def _staged(parent: Path, fingerprint: Any, name: str = ".assets.x.tmp") -> Path
     staging = parent / name
     staging.mkdir()
     (staging / "new").write_text("new build")
-    (staging / MANIFEST).write_text(json.dumps({"fingerprint": fingerprint}))
+    (staging / MANIFEST).write_text(json.dumps({"fingerprint": fingerprint, "files": {"new": 9}}))
     return staging
 
 
@@ -481,7 +493,7 @@ def test_a_different_build_put_in_place_by_another_process_is_an_error_and_kept(
     monkeypatch.setattr(prepare.os, "rename", rename)
     with pytest.raises(FileExistsError):
         prepare._swap_in(staging, root, 1)
-    assert json.loads((root / MANIFEST).read_text()) == {"fingerprint": 2}
+    assert json.loads((root / MANIFEST).read_text()) == {"fingerprint": 2, "files": {"new": 9}}
 
 
 # --- the whole call ----------------------------------------------------------------------------
@@ -659,7 +671,7 @@ def test_a_lost_race_whose_staging_cannot_be_fully_deleted_is_still_accepted(
     monkeypatch.setattr(prepare.os, "rename", rename)
     _nfs_busy_file(monkeypatch, ".nfs0002")
     prepare._swap_in(staging, root, 1)
-    assert json.loads((root / MANIFEST).read_text()) == {"fingerprint": 1}
+    assert json.loads((root / MANIFEST).read_text()) == {"fingerprint": 1, "files": {"new": 9}}
 
 
 def test_the_build_happens_in_a_hidden_sibling_the_cleanup_recognises(

@@ -121,6 +121,10 @@ MODULES = {
     "run_length": [f"{U}/test_plan_launch_paths.py", f"{U}/test_progress.py", f"{U}/test_tracker_states.py"],
     # test_hostile_settings.py is left out, as for cluster/rules above.
     "settings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],
+    "env_file/bash": [f"{U}/test_env_file_readers.py", f"{U}/test_settings_messages.py"],
+    "env_file/compose": [f"{U}/test_env_file_readers.py", f"{U}/test_settings_messages.py"],
+    "env_file/judge": [f"{U}/test_env_file_readers.py", f"{U}/test_settings_messages.py"],
+    "env_file/reading": [f"{U}/test_env_file_readers.py"],
     "env_warnings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],
     # Its subprocess tests (a stand-in verl's main run through it) are the only ones: not traced.
     "trainer_main": [f"{U}/test_run_finish.py"],

@@ -29,7 +29,8 @@ from recipe import __version__
 from recipe.cluster import rules
 from recipe.data.command import add_prepare_data_parser, run_prepare_data
 from recipe.doctor.command import add_doctor_parser, run_doctor
-from recipe.env_warnings import allow_drift_warnings, env_file_problems, near_miss_warnings
+from recipe.env_file import env_file_problems
+from recipe.env_warnings import allow_drift_warnings, near_miss_warnings
 from recipe.errors import RecipeConfigError, one_line, report_errors
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.report import printable

@@ -1,9 +1,9 @@
-"""What the environment says that no setting reads: names a slip away from one that is read, and .env lines no reader takes.
+"""What the environment says that no setting reads: names a slip away from one that is read.
 
 A setting the recipe reads is checked by its validator (recipe.settings). A variable that is
 almost a setting's name (TPP), or almost the name of a variable a library of the images reads
-(WANDB_PROJET), is read by nobody and ignored without a word; so is a `.env` line written `TP = 4`.
-`plan` and `run` print one warning for each, and go on.
+(WANDB_PROJET), is read by nobody and ignored without a word. `plan` and `run` print one warning for each,
+and go on. `.env` lines that its two readers read apart: recipe.env_file.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from recipe.env_names import known_names, readers
 from recipe.near_miss import one_slip_from
@@ -102,26 +101,3 @@ def allow_drift_warnings(fields: Sequence[str], known: Sequence[str]) -> list[st
         for field in fields
         if field not in known and (close := difflib.get_close_matches(field, known, n=1, cutoff=TYPO_CUTOFF))
     ]
-
-
-def env_file_problems(path: Path) -> list[str]:
-    """Lines of an env file (Compose's `.env`, the README's `set -a; . ./.env`) that no reader takes as NAME=value.
-
-    `TP = 4` runs `TP` as a command in bash (and the setting stays unset), and Compose reads a name
-    `TP ` with a trailing blank: either way the value is lost without a word.
-    """
-    try:
-        if not path.is_file() or path.stat().st_size > (1 << 20):
-            return []
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    problems = []
-    for number, line in enumerate(text.splitlines(), 1):
-        match = re.match(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\s+=|=\s+|\s+=\s+)", line)
-        if match and not line.lstrip().startswith("#"):
-            problems.append(
-                f"{path}:{number}: {match.group(1)}: blanks around `=` (bash runs {match.group(1)} as a command and "
-                f"Compose reads another name); write {match.group(1)}=value"
-            )
-    return problems

@@ -122,7 +122,7 @@ def test_a_misspelt_variable_an_env_file_slip_and_a_drift_typo_each_warn_once(
     assert cli.main(["plan"]) == 0
     assert _warnings(capsys.readouterr().err) == [
         "warning: TPP is not a setting (ignored); did you mean TP?",
-        "warning: .env:1: EP: blanks around `=` (bash runs EP as a command and Compose reads another name); write EP=value",
+        "warning: .env:1: EP: Compose reads EP=8, bash runs `EP` as a command and leaves EP unset (blanks around `=`): write EP=8",
         "warning: ALLOW_DRIFT names TRAIN_FILE, which is no field a record compares; did you mean TRAIN_FILES?",
     ]
 

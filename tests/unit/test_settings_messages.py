@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from recipe.env_warnings import allow_drift_warnings, env_file_problems, near_miss_warnings
+from recipe.env_file import env_file_problems
+from recipe.env_warnings import allow_drift_warnings, near_miss_warnings
 from recipe.errors import RecipeConfigError
 from recipe.settings import REDACTED, Settings, _describe_error, load_settings, path_component_problem
 
@@ -205,14 +206,15 @@ def test_a_field_only_loosely_like_a_known_one_never_warns() -> None:
 # --- the .env file ----------------------------------------------------------------------------------
 
 
-def _blanks(path: Path, number: int, name: str) -> str:
-    return (
-        f"{path}:{number}: {name}: blanks around `=` (bash runs {name} as a command and "
-        f"Compose reads another name); write {name}=value"
-    )
+RUNS_TP = "bash runs `TP` as a command and leaves TP unset"
 
 
-def test_each_env_line_with_blanks_around_the_equals_sign_is_named_with_its_line_number(tmp_path: Path) -> None:
+def _blanks(path: Path, number: int, name: str, value: str, bash: str) -> str:
+    """The warning for a line `NAME = value`: Compose reads NAME=value, and BASH says what bash does (issue 50)."""
+    return f"{path}:{number}: {name}: Compose reads {name}={value}, {bash} (blanks around `=`): write {name}={value}"
+
+
+def test_each_env_line_the_two_readers_read_apart_is_named_with_its_line_number(tmp_path: Path) -> None:
     env_file = tmp_path / ".env"
     env_file.write_text(
         "TP = 4\n"
@@ -226,15 +228,20 @@ def test_each_env_line_with_blanks_around_the_equals_sign_is_named_with_its_line
         "\n"
     )
     assert env_file_problems(env_file) == [
-        _blanks(env_file, 1, "TP"), _blanks(env_file, 5, "GEN_TP"), _blanks(env_file, 6, "NNODES"),
-        _blanks(env_file, 7, "lower_case"),
-    ]  # fmt: skip
+        _blanks(env_file, 1, "TP", "4", RUNS_TP),
+        _blanks(env_file, 5, "GEN_TP", "8", "bash's `export` takes `=8` for names and leaves GEN_TP unset"),
+        _blanks(env_file, 6, "NNODES", "2", "bash runs `2` as a command and leaves NNODES unset"),
+        _blanks(env_file, 7, "lower_case", "1", "bash runs `lower_case` as a command and leaves lower_case unset"),
+        # Compose takes the rest of the line for the value; bash assigns NAME=a for the command `=` only.
+        f"{env_file}:8: NAME: Compose reads NAME='a = b', bash runs `=` as a command and leaves NAME unset (an "
+        f"unquoted value with a blank or a character the shell reads): quote the value: NAME='a = b'",
+    ]
 
 
 def test_an_env_file_that_is_not_utf_8_is_still_checked(tmp_path: Path) -> None:
     env_file = tmp_path / ".env"
     env_file.write_bytes(b"# caf\xe9 in latin-1\nTP = 4\n")
-    assert env_file_problems(env_file) == [_blanks(env_file, 2, "TP")]
+    assert env_file_problems(env_file) == [_blanks(env_file, 2, "TP", "4", RUNS_TP)]
 
 
 def test_an_env_file_of_up_to_one_mib_is_read_and_a_larger_one_is_not(tmp_path: Path) -> None:
@@ -242,7 +249,7 @@ def test_an_env_file_of_up_to_one_mib_is_read_and_a_larger_one_is_not(tmp_path: 
     at_limit, over = tmp_path / "at-limit.env", tmp_path / "over.env"
     at_limit.write_bytes(bad + b"#" * ((1 << 20) - len(bad)))
     over.write_bytes(bad + b"#" * ((1 << 20) - len(bad) + 1))
-    assert env_file_problems(at_limit) == [_blanks(at_limit, 1, "TP")]
+    assert env_file_problems(at_limit) == [_blanks(at_limit, 1, "TP", "4", RUNS_TP)]
     assert env_file_problems(over) == []
 
 

@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from recipe.chip import Chip
-from recipe.cluster.rules import gcs_address_problem, host_problem
+from recipe.cluster.rules import gcs_address_problem, host_problem, ray_start_args_problem
 from recipe.errors import RecipeConfigError
 from recipe.hydra_text import literal_problem
 from recipe.profiles import profile_defaults
@@ -118,6 +118,13 @@ class Settings(BaseSettings):
     ray_port: int = Field(6379, ge=1, le=65535, description="Port of the Ray head started on rank 0.")
     ray_address: str | None = Field(
         None, description="GCS host:port of a running Ray cluster to join (set by KubeRay); no head is started then."
+    )
+    ray_start_args: str | None = Field(
+        None,
+        description=(
+            "Extra `ray start` flags for this node, as shell words (e.g. `--node-ip-address=10.0.0.5` on a host with "
+            "several networks); the flags the recipe sets itself (--head, --address, --port, --block, --labels) are refused."
+        ),
     )
     ray_wait_timeout: PositiveInt = Field(
         600, description="Seconds rank 0 waits for every node's devices to join Ray before it gives up."
@@ -216,6 +223,14 @@ class Settings(BaseSettings):
     @classmethod
     def _literal_path(cls, value: Path | None) -> Path | None:
         problem = None if value is None else literal_problem(str(value))
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("ray_start_args")
+    @classmethod
+    def _ray_start_flags(cls, value: str | None) -> str | None:
+        problem = None if value is None else ray_start_args_problem(value)
         if problem:
             raise ValueError(problem)
         return value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from recipe.cluster.rules import NODE_RANK_LABEL, ClusterError
+from recipe.cluster.rules import NODE_RANK_LABEL, ClusterError, node_ip_address
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,23 @@ class NodeOptions:
     temp_dir: str | None = None
     object_store_memory: int | None = None
     extra_args: tuple[str, ...] = ()
+
+
+def node_options(ray_start_args: str | None) -> NodeOptions:
+    """This node's options from RAY_START_ARGS (validated by recipe.settings): its `--node-ip-address`, which the
+    recipe's own Ray clients on this node need too, and every flag as given."""
+    words = shlex.split(ray_start_args) if ray_start_args else []
+    address = node_ip_address(words)
+    rest, skip = [], False
+    for word in words:  # the address goes to its own field (ray_start_argv writes it once)
+        if skip or word.startswith("--node-ip-address="):
+            skip = False
+            continue
+        if word == "--node-ip-address":
+            skip = True
+            continue
+        rest.append(word)
+    return NodeOptions(node_ip_address=address, extra_args=tuple(rest))
 
 
 def ray_start_argv(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -111,6 +112,43 @@ def gcs_address_problem(address: str) -> str | None:
         return "must be a GCS address host:port, with an IPv6 host in brackets ([::1]:6379)"
     problem = host_problem(host)
     return None if problem is None else f"must be a GCS address host:port; its host {problem}"
+
+
+#: `ray start` flags the recipe sets itself on every node (recipe.cluster.ray_node.ray_start_argv): RAY_START_ARGS
+#: may not set them, since a second value would start another node than the plan's.
+OWN_RAY_START_FLAGS = ("--head", "--address", "--port", "--block", "--labels")
+
+
+def ray_start_args_problem(text: str) -> str | None:
+    """Why `text` (RAY_START_ARGS) is not extra `ray start` flags for this node, or None.
+
+    Shell words, each a `--flag` or `--flag=value` (a value as a word of its own is taken as given to the flag
+    before it, as click reads it); none of the flags the recipe sets itself; `--node-ip-address` a host.
+    """
+    try:
+        words = shlex.split(text)
+    except ValueError as error:
+        return f"must be `ray start` flags quoted as in a shell ({error})"
+    if words and not words[0].startswith("--"):
+        return f"must be `ray start` flags, each starting with `--` (the first word is {words[0]!r})"
+    for word in words:
+        flag = word.partition("=")[0]
+        if flag in OWN_RAY_START_FLAGS:
+            return (f"must not set {flag}: the recipe sets it from NODE_RANK, MASTER_ADDR and RAY_PORT "
+                    f"({', '.join(OWN_RAY_START_FLAGS)} are its own)")
+    address = node_ip_address(words)
+    problem = None if address is None else host_problem(address)
+    return None if problem is None else f"--node-ip-address {problem}"
+
+
+def node_ip_address(words: list[str]) -> str | None:
+    """The value of `--node-ip-address` among `ray start` words (`--flag=value` or `--flag value`), or None."""
+    for index, word in enumerate(words):
+        if word.startswith("--node-ip-address="):
+            return word.partition("=")[2]
+        if word == "--node-ip-address" and index + 1 < len(words):
+            return words[index + 1]
+    return None
 
 
 def cluster_problems(

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Sequence
 from recipe.atomic import atomic_write
 from recipe.chip import chip_problem
 from recipe.cluster import rules, supervisors
+from recipe.cluster.ray_node import node_options
 from recipe.cluster.shared_storage import ROOT_VARIABLE
 from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
@@ -230,25 +231,28 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
     # checkpoint root among it, read back by the head's shared-storage check (recipe.cluster.shared_storage).
     env = {**_trainer_environment(plan), ROOT_VARIABLE: str(checkpoint_root(settings))}
     logger.info("Ray: %s", role.reason)
+    options = node_options(settings.ray_start_args)
     if role.kind == "worker":
         return supervisors.run_worker(
-            role, join_timeout_s=settings.ray_wait_timeout, rejoin_grace_s=settings.ray_wait_timeout, env=env
+            role, join_timeout_s=settings.ray_wait_timeout, rejoin_grace_s=settings.ray_wait_timeout, env=env,
+            options=options,
         )
     with _export_watcher(plan), _progress(plan, progress):
         if role.kind == "single":
             code = _run_trainer(plan.argv, env)
         else:
-            start = supervisors.run_head if role.kind == "head" else supervisors.run_joined
-            code = start(
-                role,
-                plan.argv,
-                resource_name="GPU" if plan.device.name == "gpu" else "NPU",
-                devices_per_node=plan.layout.ndevices_per_node,
-                timeout_s=settings.ray_wait_timeout,
-                env=env,
-                run_trainer=_run_trainer,
-                checkpoint_dir=str(settings.checkpoint_dir),
-            )
+            common = {
+                "resource_name": "GPU" if plan.device.name == "gpu" else "NPU",
+                "devices_per_node": plan.layout.ndevices_per_node,
+                "timeout_s": settings.ray_wait_timeout,
+                "env": env,
+                "run_trainer": _run_trainer,
+                "checkpoint_dir": str(settings.checkpoint_dir),
+            }
+            if role.kind == "head":
+                code = supervisors.run_head(role, plan.argv, options=options, **common)
+            else:
+                code = supervisors.run_joined(role, plan.argv, node_ip_address=options.node_ip_address, **common)
     if code > 128:
         # Killed by a signal: after the run's last save (a teardown crash), the run is finished all the same.
         done = final_save(plan)

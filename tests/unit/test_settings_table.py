@@ -65,6 +65,7 @@ CHANGES: dict[str, tuple[object, dict[str, object]]] = {
     "MASTER_ADDR": ("another-head", MULTI_NODE),
     "RAY_PORT": (6380, {}),
     "RAY_WAIT_TIMEOUT": (60, {}),
+    "RAY_START_ARGS": ("--node-ip-address=10.0.0.5", {}),
     "ALLOW_DRIFT": ("TP", {}),
     "ALLOW_UPSTREAM_ISSUE": ("vllm-ascend#10014", {}),
     # With every size set, the chip's defaults have nothing left to fill: no key moves.

@@ -134,10 +134,13 @@ def test_a_worker_node_runs_no_resume_guard(plans: dict[str, Plan], tmp_path: Pa
     monkeypatch.setattr(trainer, "resume_problem", lambda plan: pytest.fail("a worker ran the resume guard"))
     joined: list[dict[str, Any]] = []
     monkeypatch.setattr(trainer.supervisors, "run_worker", lambda role, **kw: joined.append({"role": role, **kw}) or 0)
-    plan = _ours(plans["full"], tmp_path, NNODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1", RAY_WAIT_TIMEOUT="77")
+    plan = _ours(plans["full"], tmp_path, NNODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1", RAY_WAIT_TIMEOUT="77",
+                 RAY_START_ARGS="--node-ip-address 10.0.0.2 --dashboard-agent-listen-port=52366")
     assert run_command(plan) == 0
     [call] = joined
     assert call["role"].kind == "worker" and call["role"].address == "10.0.0.1:6379"
+    assert call["options"].node_ip_address == "10.0.0.2"  # RAY_START_ARGS: this node's `ray start` flags
+    assert call["options"].extra_args == ("--dashboard-agent-listen-port=52366",)
     assert (call["join_timeout_s"], call["rejoin_grace_s"]) == (77, 77)
     assert call["env"]["RECIPE_CHECKPOINT_ROOT"] == str(_root(tmp_path))
     assert machine.calls == [] and not (_root(tmp_path) / RECORD_NAME).exists()  # a worker writes no record
@@ -342,9 +345,15 @@ def test_a_head_or_a_joined_node_starts_the_trainer_through_ray(
     monkeypatch.setattr(trainer.supervisors, start, supervised)
     monkeypatch.setattr(trainer.supervisors, other, lambda *a, **k: pytest.fail(f"{other} was called"))
     machine.code = 9
-    plan = _ours(plans["full"], tmp_path, device=device, RAY_WAIT_TIMEOUT="55", **settings)
+    plan = _ours(plans["full"], tmp_path, device=device, RAY_WAIT_TIMEOUT="55",
+                 RAY_START_ARGS="--node-ip-address=10.0.0.9 --object-store-memory=1000000000", **settings)
     assert run_command(plan, progress=False) == 9
     [call] = calls
+    if start == "run_head":  # this node's `ray start` flags, and its address for the recipe's own Ray clients
+        assert call["options"].node_ip_address == "10.0.0.9"
+        assert call["options"].extra_args == ("--object-store-memory=1000000000",)
+    else:  # KubeRay started the node: only the address, for the clients
+        assert call["node_ip_address"] == "10.0.0.9" and "options" not in call
     assert call["role"].kind == {"run_head": "head", "run_joined": "join-existing"}[start]
     assert call["argv"] == plan.argv and call["resource_name"] == resource
     assert (call["devices_per_node"], call["timeout_s"]) == (plan.layout.ndevices_per_node, 55)

@@ -8,8 +8,10 @@ proves the address a worker is told is one the join path accepts and splits back
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from recipe.cluster import rules
@@ -313,3 +315,62 @@ def test_a_url_names_what_to_drop_and_what_is_left_works(scheme: str, host: str,
     assert problem is not None and problem.startswith(f"must be a bare host, not a URL: drop {scheme}://")
     assert ("the port is RAY_PORT" in problem) is (port is not None)
     assert problem.endswith(f"leaving {host!r}") and rules.host_problem(host) is None
+
+
+# --- RAY_START_ARGS: this node's extra `ray start` flags ------------------------------------------------------------
+
+#: Flags as `--flag=value` (a value as a word of its own is in the named cases below).
+_FLAGS = ["--node-ip-address=10.0.0.5", "--object-store-memory=100000000",
+          "--temp-dir=/tmp/r", "--dashboard-agent-listen-port=52366", "--include-dashboard=false", "--num-cpus=8"]
+
+
+@given(words=st.lists(st.sampled_from([*_FLAGS, *rules.OWN_RAY_START_FLAGS, "--port=1", "--labels=a=b", "x"]),
+                      max_size=5))
+@example(words=["--head"])
+@example(words=["--address=10.0.0.1:6379"])
+@example(words=["x", "--num-cpus=8"])  # a word before any flag
+@example(words=["--node-ip-address=10.0.0.5", "--num-cpus=8"])  # the control: accepted
+def test_ray_start_args_refuse_the_recipes_own_flags_and_stray_words(words: list[str]) -> None:
+    text = shlex.join(words)
+    problem = rules.ray_start_args_problem(text)
+    own = any(word.partition("=")[0] in rules.OWN_RAY_START_FLAGS for word in words)
+    stray = bool(words) and not words[0].startswith("--")
+    assert (problem is not None) == (own or stray), (words, problem)
+    if own and not stray:
+        assert "the recipe sets it from NODE_RANK, MASTER_ADDR and RAY_PORT" in problem  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("--node-ip-address='10.0.0.5", "must be `ray start` flags quoted as in a shell (No closing quotation)"),
+        ("--node-ip-address=http://10.0.0.5", "--node-ip-address must be a bare host, not a URL: drop http://, "
+                                              "leaving '10.0.0.5'"),
+        ("--node-ip-address=10.0.0.5:6379", "--node-ip-address must be a host name or IP address without a port "
+                                            "(the port is RAY_PORT)"),
+        ("--node-ip-address 10.0.0.5", None),
+        ("", None),
+    ],
+)
+def test_ray_start_args_name_what_is_wrong(text: str, problem: str | None) -> None:
+    assert rules.ray_start_args_problem(text) == problem
+
+
+@pytest.mark.parametrize(
+    ("text", "address", "extra"),
+    [
+        ("--node-ip-address=10.0.0.5 --num-cpus=8", "10.0.0.5", ("--num-cpus=8",)),
+        ("--num-cpus=8 --node-ip-address 10.0.0.6 --temp-dir=/t", "10.0.0.6", ("--num-cpus=8", "--temp-dir=/t")),
+        ("--temp-dir='/a b'", None, ("--temp-dir=/a b",)),
+        (None, None, ()),
+    ],
+)
+def test_the_node_options_of_ray_start_args_give_each_flag_once(text: str | None, address: str | None,
+                                                                 extra: tuple[str, ...]) -> None:
+    from recipe.cluster.ray_node import node_options, ray_start_argv
+
+    options = node_options(text)
+    assert (options.node_ip_address, options.extra_args) == (address, extra)
+    argv = ray_start_argv(node_rank=1, options=options, address="10.0.0.1:6379")
+    assert sum(word.startswith("--node-ip-address") for word in argv) == (address is not None)
+    assert argv[len(argv) - len(extra):] == list(extra)

@@ -19,6 +19,7 @@ from pydantic import (
     PositiveInt,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -119,13 +120,8 @@ class Settings(BaseSettings):
     ray_address: str | None = Field(
         None, description="GCS host:port of a running Ray cluster to join (set by KubeRay); no head is started then."
     )
-    ray_start_args: str | None = Field(
-        None,
-        description=(
-            "Extra `ray start` flags for this node, as shell words (e.g. `--node-ip-address=10.0.0.5` on a host with "
-            "several networks); the flags the recipe sets itself (--head, --address, --port, --block, --labels) are refused."
-        ),
-    )
+    ray_start_args: str | None = Field(None, description="Extra `ray start` flags for this node, as shell words (e.g. "
+                                       "`--node-ip-address=10.0.0.5`); the recipe's own (--head, --address, ...) refused.")
     ray_wait_timeout: PositiveInt = Field(
         600, description="Seconds rank 0 waits for every node's devices to join Ray before it gives up."
     )
@@ -227,14 +223,6 @@ class Settings(BaseSettings):
             raise ValueError(problem)
         return value
 
-    @field_validator("ray_start_args")
-    @classmethod
-    def _ray_start_flags(cls, value: str | None) -> str | None:
-        problem = None if value is None else ray_start_args_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
-
     @field_validator("master_addr", "ray_address", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
@@ -248,10 +236,11 @@ class Settings(BaseSettings):
             raise ValueError(problem)
         return value
 
-    @field_validator("ray_address")
+    @field_validator("ray_address", "ray_start_args")
     @classmethod
-    def _a_gcs_address(cls, value: str | None) -> str | None:
-        problem = None if value is None else gcs_address_problem(value)
+    def _ray_values(cls, value: str | None, info: ValidationInfo) -> str | None:
+        rule = gcs_address_problem if info.field_name == "ray_address" else ray_start_args_problem
+        problem = None if value is None else rule(value)
         if problem:
             raise ValueError(problem)
         return value

@@ -10,3 +10,10 @@ def test_generated_cases_have_no_deadline() -> None:
     # decides a generated case (issue 13). An explicit @settings keeps this default.
     assert settings().deadline is None
     assert HealthCheck.too_slow in settings().suppress_health_check
+
+
+def test_generated_cases_are_derandomized_in_ci_alone() -> None:
+    """Issue 52: in CI every test draws the same examples on every run (a catch never depends on luck)."""
+    from tests.support.hypothesis_profile import IN_CI
+
+    assert settings().derandomize is IN_CI

@@ -31,7 +31,8 @@ from recipe.models import load_architecture
 from recipe.numbers import MAX_DIGITS, NumberRefused, finite_or_none, real_number, whole_number
 from recipe.read_back import FileRefused, parse_json, read_json
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
-from recipe.run.finish import _report_status
+from recipe.export.evidence import trusted_status
+from recipe.smoke.prepare import MANIFEST as SMOKE_MANIFEST, _read_manifest as smoke_manifest
 from recipe.run.progress import event_file_problem
 from recipe.run.prompt_budget import recorded_lengths
 from recipe.smoke.verdict import MetricsError, read_metrics
@@ -59,7 +60,11 @@ def _nonce(folder: Path) -> Any:
 READERS: dict[str, Reader] = {
     "config.json": Reader("config.json", load_architecture, (RecipeConfigError,)),
     "metrics log": Reader("metrics.jsonl", lambda folder: read_metrics(folder / "metrics.jsonl"), (MetricsError,)),
-    "export report": Reader("hf_export_report.json", lambda folder: _report_status(folder / "hf_export_report.json")),
+    # The watcher's report, as the finished-run check and the smoke verdict read it (here the folder is the step's
+    # folder and the export's at once).
+    "export report": Reader("hf_export_report.json",
+                            lambda folder: trusted_status(folder / "hf_export_report.json", 1, folder, folder)),
+    "smoke assets manifest": Reader(SMOKE_MANIFEST, smoke_manifest),
     "checkpoint tracker": Reader(TRACKER_NAME, tracked_step_dir, (ResumeCheckError,)),
     "run record": Reader(RECORD_NAME, lambda folder: read_record(folder / RECORD_NAME), (UnreadableRecord,)),
     "prepare-data manifest": Reader("manifest.json", lambda folder: recorded_lengths(folder / "train.parquet")),

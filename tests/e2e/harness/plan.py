@@ -205,9 +205,15 @@ class PlanChanged(Exception):
     """The recipe's plan no longer has what the CPU mapping was written against."""
 
 
-def apply_cpu_mapping(overrides: Sequence[str], host: bool = True) -> list[str]:
+#: The additions a trainer joining a running cluster leaves out: Ray refuses num_cpus and num_gpus when it connects
+#: (each node's `ray start` declares them), and the head's own flags decide its dashboard.
+RAY_INIT_ADDITIONS = "ray_kwargs.ray_init."
+
+
+def apply_cpu_mapping(overrides: Sequence[str], host: bool = True, cluster: bool = False) -> list[str]:
     """The plan's overrides with the swaps (cpu_swaps, and host_swaps unless `host` is False: a plan of the full
-    recipe, where the user's overrides set those keys) applied in place and cpu_additions appended.
+    recipe, where the user's overrides set those keys) applied in place and cpu_additions appended (those of
+    `ray_init` only where the trainer starts Ray itself: not with `cluster`, a trainer joining Ray nodes).
 
     Raises PlanChanged naming every key whose planned value is not the one the swap expects,
     every swapped key the plan lost, and every added key the plan now sets itself.
@@ -232,7 +238,8 @@ def apply_cpu_mapping(overrides: Sequence[str], host: bool = True) -> list[str]:
     problems += [f"{key}: no longer in the recipe's plan; review the CPU swap" for key in swaps if key not in seen]
     if problems:
         raise PlanChanged("\n".join(problems))
-    return out + [addition.override for addition in additions.values()]
+    return out + [addition.override for key, addition in additions.items()
+                  if not (cluster and key.startswith(RAY_INIT_ADDITIONS))]  # fmt: skip
 
 
 def trainer_command(plan: Mapping[str, Any], host: bool = True) -> tuple[list[str], dict[str, str]]:

@@ -374,3 +374,18 @@ def test_the_node_options_of_ray_start_args_give_each_flag_once(text: str | None
     argv = ray_start_argv(node_rank=1, options=options, address="10.0.0.1:6379")
     assert sum(word.startswith("--node-ip-address") for word in argv) == (address is not None)
     assert argv[len(argv) - len(extra):] == list(extra)
+
+
+def test_a_refused_ray_start_args_is_one_line_naming_the_setting_and_its_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from recipe.errors import RecipeConfigError
+    from recipe.settings import load_settings
+
+    monkeypatch.setenv("RAY_START_ARGS", "--num-cpus=8 --port=1")
+    with pytest.raises(RecipeConfigError) as refused:
+        load_settings()
+    assert refused.value.problems == [
+        "RAY_START_ARGS='--num-cpus=8 --port=1': must not set --port: the recipe sets it from NODE_RANK, MASTER_ADDR "
+        "and RAY_PORT (--head, --address, --port, --block, --labels are its own)"
+    ]

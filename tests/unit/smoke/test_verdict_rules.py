@@ -368,12 +368,27 @@ class Run:
         (actor / "ckpt_contents.json").write_text("{}")
         self.report = actor / "model" / "hf_export_report.json"
         if report is not None:
-            self.report.write_text(report)
+            self.report.write_bytes(with_evidence(report, actor.parent, self.export).encode("utf-8", "surrogateescape"))
 
     def checks(self) -> dict[str, Check]:
         checks = judge_export(self.root, self.initial)
         assert [check.name for check in checks] == EXPORT_CHECKS
         return by_name(checks)
+
+
+def with_evidence(report: str, step_dir: Path, export: Path) -> str:
+    """A report the watcher would write: a JSON object gets the evidence of the export it sits beside
+    (recipe.export.evidence); anything else is written as it is."""
+    from recipe.export.evidence import collect_evidence
+
+    try:
+        document = json.loads(report)
+    except ValueError:
+        return report
+    if not isinstance(document, dict):
+        return report
+    evidence = collect_evidence(int(step_dir.name.removeprefix("global_step_")), step_dir, export)
+    return json.dumps({**document, "evidence": evidence.model_dump()})
 
 
 def trained(name: str) -> Callable[[Tensors], None]:
@@ -384,6 +399,8 @@ def trained(name: str) -> Callable[[Tensors], None]:
 
 
 COMPLETE = '{"status": "complete"}'
+NOT_THE_WATCHERS = "no report of the watcher's for this export at {path}"
+WATCHER_LIMIT = "its report, with evidence that matches the export, says COMPLETE or LENIENT"
 
 
 def test_no_finished_save_is_one_failed_check(tmp_path: Path) -> None:
@@ -469,24 +486,34 @@ def test_an_unreadable_checkpoint_fails_the_trained_check_naming_the_file(broken
         (COMPLETE, True, "COMPLETE"),
         ('{"status": "lenient", "allowed": ["mtp.norm.weight"]}', True, "LENIENT"),
         ('{"status": "broken"}', False, "BROKEN"),
-        ("{}", False, "NONE"),
-        # Not the watcher's JSON object, not JSON, not UTF-8, or absent: not readable, never a traceback.
-        ("[]", False, "no readable report at {path}"),
-        ('{"status": ', False, "no readable report at {path}"),
-        ('{"status": "\udcff"}', False, "no readable report at {path}"),
-        (None, False, "no readable report at {path}"),
+        # No status of the watcher's, not its JSON object, not JSON, not UTF-8, or absent: not the watcher's word on
+        # this export, never a traceback.
+        ("{}", False, NOT_THE_WATCHERS),
+        ('{"status": "COMPLETE"}', False, NOT_THE_WATCHERS),
+        ("[]", False, NOT_THE_WATCHERS),
+        ('{"status": ', False, NOT_THE_WATCHERS),
+        ('{"status": "\udcff"}', False, NOT_THE_WATCHERS),
+        (None, False, NOT_THE_WATCHERS),
     ],
 )
 def test_the_watchers_report_beside_the_export_must_say_it_is_usable(
     report: str | None, passed: bool, measured: str, tmp_path: Path
 ) -> None:
-    run = Run(tmp_path, trained("lm_head.weight"))
-    if report is not None:
-        run.report.write_bytes(report.encode("utf-8", "surrogateescape"))
+    run = Run(tmp_path, trained("lm_head.weight"), report)  # a JSON object with the evidence the watcher writes
     check = run.checks()["export watcher"]
-    assert check == Check(
-        "export watcher", passed, measured.format(path=run.report), "its report says COMPLETE or LENIENT"
-    )
+    assert check == Check("export watcher", passed, measured.format(path=run.report), WATCHER_LIMIT)
+
+
+def test_a_report_without_its_evidence_or_for_another_export_is_not_the_watchers(tmp_path: Path) -> None:
+    """Issue 50: a status alone (written by hand, or before the export changed) never passes the check."""
+    run = Run(tmp_path, trained("lm_head.weight"), COMPLETE)
+    assert run.checks()["export watcher"].passed  # the control: the watcher's report, with its evidence
+    run.report.write_text(COMPLETE)  # the status alone
+    assert run.checks()["export watcher"] == Check("export watcher", False, NOT_THE_WATCHERS.format(path=run.report),
+                                                   WATCHER_LIMIT)  # fmt: skip
+    run.report.write_text(with_evidence(COMPLETE, run.export.parents[2], run.export))
+    (run.export / "extra.bin").write_bytes(b"0")  # the export changed after its check
+    assert not run.checks()["export watcher"].passed
 
 
 def test_an_export_of_the_initial_weights_fails_with_its_hint(tmp_path: Path) -> None:

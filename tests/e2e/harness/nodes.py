@@ -32,7 +32,7 @@ from typing import Any
 
 import psutil
 
-from tests.e2e.harness.plan import ROOT, cpu_environment
+from tests.e2e.harness.plan import cpu_environment
 from tests.support.ports import free_port
 
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
@@ -153,7 +153,9 @@ def start_node(cluster: Cluster, rank: int, overrides: list[str], log: Path) -> 
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-c", DRIVER, "run", "--", *overrides],
-            env=cluster.environment(rank), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            # In the run's folder: Hydra writes its outputs/ where the trainer starts (the checkout stays clean).
+            env=cluster.environment(rank), cwd=log.parent, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )  # fmt: skip
     return Node(rank, HEAD_IP if rank == 0 else WORKER_IP, process, log)
 
@@ -175,7 +177,7 @@ class ActorObserver:
         env = {**cluster.environment(0), "RAY_ADDRESS": ""}
         with log.open("wb") as handle:
             self.process = subprocess.Popen([sys.executable, "-c", OBSERVER, cluster.address, str(out), HEAD_IP],
-                                            env=env, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+                                            env=env, cwd=log.parent, stdout=handle, stderr=subprocess.STDOUT,
                                             start_new_session=True)  # fmt: skip
 
     def stop(self) -> dict[str, Any]:

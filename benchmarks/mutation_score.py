@@ -36,6 +36,7 @@ MODULES = {
     # test_hostile_settings.py checks these rules too, but one of its tests runs the entrypoint from another
     # folder, which fails inside mutmut's copy (mutmut 3.8.1); it is left out of the selection.
     "cluster/rules": [f"{U}/cluster/test_rules.py", f"{U}/test_layout.py"],
+    "cluster/node_watch": [f"{U}/cluster/test_node_watch.py"],
     "cluster/ray_node": [f"{U}/cluster/test_ray_node.py"],
     # The Ray half: tests/unit/cluster/test_with_real_ray.py runs real Ray, too slow per mutant.
     "cluster/readiness": [f"{U}/cluster/test_readiness.py"],

@@ -142,10 +142,8 @@ def _connected(address: str, node_ip_address: str | None) -> Iterator[Callable[[
     # ray.init installs its own SIGTERM/SIGINT handlers and ray.shutdown leaves
     # them behind: put ours back so a stop still ends our Ray node cleanly.
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield list_ray_nodes(address, node_ip_address)
-    finally:
-        ray.shutdown()
+
+    def put_back() -> None:
         for sig, handler in saved.items():
             if handler is None:  # installed outside Python: nothing to put back
                 continue
@@ -153,6 +151,14 @@ def _connected(address: str, node_ip_address: str | None) -> Iterator[Callable[[
                 signal.signal(sig, handler)
             except ValueError:  # not the main thread: ray.init did not touch them either
                 pass
+
+    try:
+        table = list_ray_nodes(address, node_ip_address)
+        put_back()  # at once: a connection held while the trainer runs must not change what a `docker stop` does
+        yield table
+    finally:
+        ray.shutdown()
+        put_back()
 
 
 def wait_for_nodes(

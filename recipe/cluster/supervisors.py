@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from recipe.cluster.ray_node import NodeOptions, start_head, start_worker
-from recipe.cluster.readiness import head_reachable, wait_for_nodes
+from recipe.cluster.node_watch import lost_line, watching
+from recipe.cluster.readiness import NodeReport, _connected, head_reachable, wait_for_nodes
 from recipe.cluster.rules import ClusterError, RayRole, ResourceName, split_address
 from recipe.cluster.shared_storage import ROOT_VARIABLE, check_shared_storage
 
@@ -88,7 +89,8 @@ def run_head(
             check_shared_storage(role.address, nodes, Path(base_env[ROOT_VARIABLE]), checkpoint_dir,
                                  options.node_ip_address)
         trainer_env = {**base_env, "RAY_ADDRESS": role.address}
-        return run_trainer(trainer_argv, trainer_env)
+        return _train_watched(role.address, nodes, options.node_ip_address, run_trainer, trainer_argv, trainer_env,
+                              spare=(node.pid,))
 
 
 def run_joined(
@@ -112,7 +114,19 @@ def run_joined(
                            poll_interval_s=poll_interval_s, node_ip_address=node_ip_address)
     if base_env.get(ROOT_VARIABLE):
         check_shared_storage(role.address, nodes, Path(base_env[ROOT_VARIABLE]), checkpoint_dir, node_ip_address)
-    return run_trainer(trainer_argv, base_env)
+    return _train_watched(role.address, nodes, node_ip_address, run_trainer, trainer_argv, base_env)
+
+
+def _train_watched(address: str, nodes: Sequence[NodeReport], node_ip_address: str | None, run_trainer: TrainerRunner,
+                   argv: Sequence[str], env: dict[str, str], spare: Sequence[int] = ()) -> int:  # fmt: skip
+    """Run the trainer while Ray's node table is watched (recipe.cluster.node_watch): its exit code, or ClusterError
+    naming the nodes lost during the run. `spare`: child processes that are not the trainer (our `ray start`)."""
+    with _connected(address, node_ip_address) as table, watching(table, nodes, spare=spare) as watch:
+        code = run_trainer(argv, env)
+        lost = watch.settle(code)
+    if lost:
+        raise ClusterError([lost_line(lost, None if watch.lost else code)])
+    return code
 
 
 def run_worker(

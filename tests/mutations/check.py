@@ -102,6 +102,14 @@ BREAKAGES: tuple[Breakage, ...] = (
         "PROFILE=bench with CHECKPOINT_DIR/bench-data a file: plan passes, run dies with a traceback (issue 50)",
     ),
     Breakage(
+        "lost-node-unnamed",
+        "recipe/cluster/supervisors.py",
+        "        lost = watch.settle(code)\n",
+        "        lost = []  # broken: a node lost during the run goes unnamed\n",
+        (f"{UNIT}/cluster/test_with_real_ray.py::test_a_worker_lost_while_the_trainer_waits_ends_the_head_in_bounded_time_naming_it",),
+        "a worker lost while the trainer waits: the head's run ends 143 with no word of the node (issue 51)",
+    ),
+    Breakage(
         "export-report-of-another-step-trusted",
         "recipe/export/evidence.py",
         "    if evidence.step != step or evidence.export != export.relative_to(step_dir).as_posix():\n",

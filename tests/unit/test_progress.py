@@ -150,3 +150,18 @@ def test_an_event_file_that_is_a_fifo_stops_the_lines_with_a_warning_not_a_hang(
         pass
     assert lines == []
     assert any("progress lines stop" in message and "not a regular file" in message for message in caplog.messages)
+
+
+def test_the_eta_averages_the_last_five_steps_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 52: a window tested over more steps than it holds. Two slow first steps (compilation, the first weight
+    sync) leave the ETA once five later steps are in: 3 steps left x 10 s, not the mean of all seven (35.7 s)."""
+    lines: list[str] = []
+    printer = ProgressPrinter(tmp_path / "tb", StepTotal(10, False), lines.append)
+    writer = _verl_logger(tmp_path / "tb", monkeypatch)
+    for step, seconds in enumerate([100.0, 100.0, 10.0, 10.0, 10.0, 10.0, 10.0], start=1):
+        writer.log(_step(seconds, 0.5), step=step)
+    writer.finish()
+    printer.poll()
+    assert [line.rsplit("ETA ", 1)[1] for line in lines] == [
+        "15m00s", "13m20s", "8m10s", "5m30s", "3m50s", "1m52s", "0m30s",  # steps 3-7: 7 x 70, 6 x 55, 5 x 46, 4 x 28, 3 x 10
+    ]  # fmt: skip

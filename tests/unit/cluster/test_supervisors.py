@@ -15,14 +15,15 @@ import subprocess
 import sys
 import threading
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
 import pytest
 
-from recipe.cluster import readiness, rules, supervisors
+from recipe.cluster import node_watch, readiness, rules, supervisors
 from recipe.cluster.ray_node import NodeOptions
 from recipe.cluster.shared_storage import ROOT_VARIABLE
 from recipe.errors import RecipeConfigError
@@ -82,6 +83,9 @@ class Recorded:
 
 
 class FakeHead:
+    #: No process: the node watch's spared pid (our `ray start`) is one no process has.
+    pid = -1
+
     def __init__(self, recorded: Recorded) -> None:
         self.recorded = recorded
 
@@ -109,9 +113,17 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> Recorded:
     def check_shared_storage(*args: object) -> None:
         rec.events.append(("storage", *args))
 
+    @contextmanager
+    def connected(address: str, node_ip_address: str | None) -> Iterator[Callable[[], list[dict[str, object]]]]:
+        # Ray's node table while the trainer runs (recipe.cluster.node_watch): every node that joined, alive.
+        yield lambda: [{"NodeID": node.node_id, "Alive": True} for node in rec.nodes]
+
     monkeypatch.setattr(supervisors, "start_head", start_head)
     monkeypatch.setattr(supervisors, "wait_for_nodes", wait_for_nodes)
     monkeypatch.setattr(supervisors, "check_shared_storage", check_shared_storage)
+    monkeypatch.setattr(supervisors, "_connected", connected)
+    # A failed trainer: no node is lost here, and Ray is not waited for (node_watch's own tests wait for it).
+    monkeypatch.setattr(node_watch, "LOSS_SETTLE_S", 0.0)
     return rec
 
 
@@ -209,7 +221,8 @@ def test_the_head_runs_outside_the_main_thread(recorded: Recorded) -> None:
 def test_joining_an_existing_cluster_waits_for_every_node(monkeypatch: pytest.MonkeyPatch, nnodes: int) -> None:
     """KubeRay's RayJob: the trainer starts only once all NNODES nodes, with their devices, have joined."""
     waited: list[tuple[object, ...]] = []
-    monkeypatch.setattr(supervisors, "wait_for_nodes", lambda *args, **kwargs: waited.append(args))
+    monkeypatch.setattr(supervisors, "wait_for_nodes", lambda *args, **kwargs: waited.append(args) or [])
+    monkeypatch.setattr(supervisors, "_connected", contextmanager(lambda address, ip: iter([lambda: []])))
     role = rules.plan_ray_role(nnodes, 0, None, 6379, "10.0.0.9:6379")
     ran: list[list[str]] = []
     code = supervisors.run_joined(role, ["trainer"], resource_name="NPU", devices_per_node=16, timeout_s=5,

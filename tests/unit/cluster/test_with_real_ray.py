@@ -221,6 +221,76 @@ def test_sigterm_stops_trainer_and_head(tmp_path: Path, short_tmp: Path,
     assert not Path(f"/proc/{trainer_pid.read_text()}").exists(), "the trainer outlived run_head"
 
 
+_TWO_NODE_HEAD_MAIN = textwrap.dedent(
+    """
+    import json, sys
+    from recipe.cluster import ray_node, rules, supervisors
+    spec = json.loads(sys.argv[1])
+    role = rules.RayRole("head", spec["address"], 0, 2, "the head of two nodes")
+    try:
+        sys.exit(supervisors.run_head(role, spec["trainer"], resource_name="NPU", devices_per_node=2,
+                                      timeout_s=spec["timeout"], poll_interval_s=0.5,
+                                      options=ray_node.NodeOptions(**spec["options"]), log_path=spec["log"]))
+    except rules.ClusterError as error:  # as the CLI prints it (exit 3)
+        print("\\n".join(f"error: {problem}" for problem in error.problems), flush=True)
+        sys.exit(3)
+    """
+)
+
+
+def test_a_worker_lost_while_the_trainer_waits_ends_the_head_in_bounded_time_naming_it(
+    tmp_path: Path, short_tmp: Path, ray_env: dict[str, str]
+) -> None:
+    """Issue 51: the worker node killed whole (its `ray start`, raylet and workers, as a preempted machine) while
+    the trainer waits on it forever (a collective with no timeout): the head's run stops the trainer and ends with
+    exit 3 and one line naming NODE_RANK=1 and saying a restart resumes, well within node_watch's bound."""
+    import psutil
+
+    from recipe.cluster import node_watch, ray_node
+
+    port = free_port(HEAD_IP)
+    head_options = node_options(short_tmp, "h", HEAD_IP, head=True, devices={"NPU": 2})
+    trainer_pid = tmp_path / "trainer-pid"
+    trainer = [sys.executable, "-c", f"import os, time; open({str(trainer_pid)!r}, 'w').write(str(os.getpid())); "
+               "time.sleep(3600)"]  # fmt: skip
+    spec = {"address": f"{HEAD_IP}:{port}", "trainer": trainer, "log": str(tmp_path / "head.log"),
+            "timeout": RAY_TEST_TIMEOUT_S,
+            "options": {"num_cpus": 1, "resources": {"NPU": 2}, "node_ip_address": HEAD_IP,
+                        "temp_dir": head_options.temp_dir, "object_store_memory": head_options.object_store_memory,
+                        "extra_args": list(head_options.extra_args)}}  # fmt: skip
+    head = subprocess.Popen([sys.executable, "-c", _TWO_NODE_HEAD_MAIN, json.dumps(spec)], env=ray_env,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    worker = None
+    try:
+        readiness.wait_for_nodes(f"{HEAD_IP}:{port}", 1, "CPU", 1, timeout_s=RAY_TEST_TIMEOUT_S,  # type: ignore[arg-type]
+                                 poll_interval_s=0.5, node_ip_address=HEAD_IP)  # fmt: skip
+        worker = ray_node.start_worker(f"{HEAD_IP}:{port}", 1, env=ray_env, log_path=str(tmp_path / "worker.log"),
+                                       options=node_options(short_tmp, "w", WORKER_IP, head=False, devices={"NPU": 2}))
+        deadline = time.monotonic() + RAY_TEST_TIMEOUT_S
+        while not trainer_pid.exists():
+            assert head.poll() is None, f"run_head ended early with {head.returncode}: {head.stdout.read()}"  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the trainer never started"
+            time.sleep(0.5)
+        root = psutil.Process(worker.pid)
+        for process in [root, *root.children(recursive=True)]:  # the whole machine at once
+            process.kill()
+        lost_at = time.monotonic()
+        out, _ = head.communicate(timeout=RAY_TEST_TIMEOUT_S)
+        took = time.monotonic() - lost_at
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGKILL)
+        if worker is not None:
+            worker.stop()
+    bound = 30 + node_watch.CHECK_INTERVAL_S + node_watch.STOP_GRACE_S  # Ray's health checks, one read, the grace
+    assert head.returncode == 3, out
+    lines = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: NODE_RANK=1 ({WORKER_IP}"), out
+    assert "left the Ray cluster while the trainer ran" in lines[0] and "resumes from its last save" in lines[0]
+    assert took < bound, (took, bound)
+    assert not Path(f"/proc/{trainer_pid.read_text()}").exists(), "the trainer outlived run_head"
+
+
 def test_a_node_that_does_not_share_the_checkpoint_root_is_named(two_nodes: TwoNodes) -> None:
     """Two loopback nodes whose `run` resolved the checkpoint root to different directories (two local disks):
     the head's nonce is not found on NODE_RANK=1, which is named with its path and CHECKPOINT_DIR. Then the

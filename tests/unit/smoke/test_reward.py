@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.support.needs import TRAINER_EXTRA, needs
@@ -20,11 +20,16 @@ def test_the_score_is_the_share_of_digits(response: str, score: float) -> None:
 
 
 @given(st.text(max_size=200))
+@example("")  # the edges, named (issue 52): empty,
+@example("   \n\t")  # whitespace only,
+@example("0" * 200)  # all digits,
+@example("\u0663\u0664")  # digits of another script
 def test_the_score_is_a_share_and_ignores_the_truth(response: str) -> None:
     # A random model's answers must still differ in reward: the truth plays no part, and the score is in [0, 1].
     score = reward.compute_score("openai/gsm8k", response, "7", extra_info={"index": 0})
     assert 0.0 <= score <= 1.0
     assert score == reward.compute_score("other", response, "8")
+    assert score == (sum(char.isdigit() for char in response) / len(response) if response else 0.0)
 
 
 def test_verl_loads_it_by_the_path_and_name_the_smoke_profile_sets() -> None:

@@ -61,8 +61,11 @@ class ResumePoint:
 
     @property
     def finished(self) -> bool:
-        """The saved step is the run's last: there is nothing left to train."""
-        return self.step is not None and self.total is not None and not self.total.estimated and self.step >= self.total.steps
+        """The saved step is the run's last: there is nothing left to train.
+
+        An estimated total counts too: it is an upper bound of verl's own count (verl only drops rows), the same
+        rule as `run`'s finish check (recipe.run.finish.final_save)."""
+        return self.step is not None and self.total is not None and self.step >= self.total.steps
 
     def describe(self) -> str:
         """`resumes from global_step_20 (of 300 planned): ...` or `starts fresh: ...`."""

@@ -46,8 +46,11 @@ def recorded_lengths(train_file: Path) -> PromptLengths | str:
     lengths = ours.get("tokens") if isinstance(ours, dict) else None
     if not isinstance(lengths, list) or not all(type(n) is int and 0 <= n < 2**31 for n in lengths):
         return f"{manifest}: prompt_tokens.{split}.tokens is not a list of token counts"
+    recorded_sha = files[split].get("sha256")
+    if not isinstance(recorded_sha, str):  # missing, not wrong: nothing ties the lengths to this very file
+        return f"{manifest}: files.{split} names no sha256 of {train_file.name}: run prepare-data again"
     try:
-        if sha256_file(train_file) != files[split].get("sha256"):
+        if sha256_file(train_file) != recorded_sha:
             return f"{manifest} describes another {train_file.name} (its sha256 differs): run prepare-data again"
     except (FileRefused, OSError) as error:
         return f"{train_file}: cannot be hashed ({type(error).__name__})"

@@ -312,8 +312,10 @@ def judge_images(
         return Check(name, True, "the training data have no images: nothing to check", "none")
     lengths = set(data.tokens)
     shown = ", ".join(map(str, sorted(lengths)[:3])) + (" ..." if len(lengths) > 3 else "")
-    per_prompt = sorted(set(data.image_tokens))
+    per_prompt = sorted(set(count for count in data.image_tokens if count))
     images = f"{per_prompt[0]}" if len(per_prompt) == 1 else f"{per_prompt[0]} to {per_prompt[-1]}"
+    with_images = sum(1 for count in data.image_tokens if count)
+    where = "every prompt" if with_images == len(data.image_tokens) else f"{with_images} of {len(data.image_tokens)} prompts"
     limit = f"{PROMPT_MIN} and {PROMPT_MAX} are the data's prompt lengths with images ({shown}) at every step"
     wrong: list[str] = []
     for step in (step for step in range(1, steps + 1) if step in metrics):
@@ -324,7 +326,7 @@ def judge_images(
             wrong.append(f"step {step}: {low:g} to {high:g} tokens")
     if wrong:
         return Check(name, False, "; ".join(wrong), limit)
-    return Check(name, True, f"{images} image tokens in every prompt (prompts of {shown} tokens)", limit)
+    return Check(name, True, f"{images} image tokens in {where} (prompts of {shown} tokens)", limit)
 
 
 def count_training_prompts(train_file: Path, model: Path) -> PromptLengths | str:

@@ -288,3 +288,28 @@ def test_settings_env_names_real_settings() -> None:
     assert names and set(names) <= known, sorted(set(names) - known)
     # Secrets never live in a ConfigMap.
     assert not {"HF_TOKEN", "WANDB_API_KEY"} & set(names)
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_each_overlays_rendered_settings_are_valid_values_and_its_size_agrees(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    """Issue 52: the values, not only the names: every ConfigMap the pods read their settings from, as kustomize
+    renders it for the overlay, validates as the recipe's settings; a RayJob's NNODES is its head plus its workers."""
+    from recipe.settings import Settings
+
+    docs = rendered[overlay]
+    read = {ref["configMapRef"]["name"] for spec in pod_specs(docs) for container in spec["containers"]
+            for ref in container.get("envFrom", []) if "configMapRef" in ref}  # fmt: skip
+    maps = [doc for doc in docs if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] in read]
+    assert maps, (overlay, read)
+    values = {name: value for doc in maps for name, value in doc.get("data", {}).items()}
+    known = {name.upper() for name in Settings.model_fields}
+    settings = Settings.model_validate({name.lower(): value for name, value in values.items() if name in known})
+    assert settings.checkpoint_dir.is_absolute() and settings.model_path.is_absolute()
+    jobs = [doc for doc in docs if doc["kind"] == "RayJob"]
+    if jobs:
+        workers = sum(group["replicas"] for group in jobs[0]["spec"]["rayClusterSpec"]["workerGroupSpecs"])
+        assert settings.nnodes == 1 + workers, (overlay, settings.nnodes, workers)
+    else:
+        assert settings.nnodes == 1  # a Job is one pod on one node

@@ -54,6 +54,25 @@ def test_the_users_settings_and_overrides_win() -> None:
     assert elsewhere.data is None
 
 
+@pytest.mark.parametrize(
+    ("train_files", "ours"),
+    [
+        ("{ck}/bench-data/train.parquet", True),  # the profile's own
+        ("{ck}/mine/train.parquet", False),  # a user's file under CHECKPOINT_DIR: never replaced by synthetic rows
+        ("{ck}/bench-data-old/train.parquet", False),  # a sibling whose name starts the same
+        ("{ck}/train.parquet", False),
+    ],
+)
+def test_only_the_profiles_own_folder_is_bench_data_not_a_users_files_under_checkpoint_dir(
+    tmp_path: Path, train_files: str, ours: bool
+) -> None:
+    """Issue 52: `run` writes synthetic rows only where the plan's training file is under CHECKPOINT_DIR/bench-data."""
+    from recipe.bench import bench_rows
+
+    path = Path(train_files.format(ck=tmp_path))
+    assert (bench_rows(path, tmp_path, 4, 2) is not None) is ours
+
+
 def test_one_prompt_a_step_is_refused_by_name() -> None:
     from recipe.errors import RecipeConfigError
 

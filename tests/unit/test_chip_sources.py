@@ -65,6 +65,24 @@ def test_the_default_chip_says_whether_this_is_an_image_without_a_label_or_no_im
     assert assumed_chip(labels) == ("a3", reason)
 
 
+@pytest.mark.parametrize("setting", ["a3", "910b"])
+@pytest.mark.parametrize(
+    ("labels", "where"),
+    [
+        (None, "not in an image"),
+        ({}, "the image has no io.grpo-recipe.cann.chip label"),  # an image without labels: CANN_CHIP decides
+        ({"io.grpo-recipe.cann.chip": "a9"}, "the image has no io.grpo-recipe.cann.chip label"),  # a label of no chip
+    ],
+)
+def test_cann_chip_decides_where_no_label_names_a_chip(labels: dict[str, str] | None, where: str, setting: str) -> None:
+    """Issue 52: an image without labels, CANN_CHIP set: the setting is planned for, never the default, and never
+    refused (there is no label it could contradict)."""
+    from recipe.chip import chip_setting_problem
+
+    assert assumed_chip(labels, setting) == (setting, f"CANN_CHIP={setting}, {where}")  # type: ignore[arg-type]
+    assert chip_setting_problem(labels, setting) is None  # type: ignore[arg-type]
+
+
 def test_a_given_soc_version_is_not_asked_of_the_node_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """`chip_problem(soc_version=...)` compares the number it is given; it starts no probe."""
 

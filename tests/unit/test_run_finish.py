@@ -219,3 +219,47 @@ def test_run_end_to_end_a_stand_in_that_really_segfaults_after_its_final_save(tm
     second = cli(["run"], env)
     assert second.returncode == 0, second.stderr
     assert "run: already finished at step 2 of 2" in second.stdout and "Executing:" not in second.stdout
+
+
+@pytest.mark.parametrize("mode", ["auto", "disable", "resume_path"])
+@pytest.mark.parametrize(
+    ("saved", "total", "estimated"),
+    [
+        (TOTAL, TOTAL, False),  # the last step saved
+        (TOTAL - 1, TOTAL, False),  # one to go
+        (TOTAL + 1, TOTAL, False),  # the total lowered after the save
+        (TOTAL, TOTAL, True),  # the row estimate, an upper bound of verl's count: reached
+        (TOTAL - 1, TOTAL, True),
+        (TOTAL + 1, TOTAL, True),
+    ],
+)
+def test_plan_and_the_finish_check_agree_for_every_resume_mode_and_total(
+    plans: dict[str, Plan], tmp_path: Path, mode: str, saved: int, total: int, estimated: bool  # noqa: F811
+) -> None:
+    """Issue 52: `plan` says "the run already finished" exactly where `run` would train nothing (resume_mode=auto
+    and the saved step at or past the total, configured or estimated); a step the user chose (resume_path) is
+    reported as finished by plan and trained by run (verl then has no step left); disable never finishes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recipe import plan as plan_module
+
+    step_dir = _save(tmp_path, saved)
+    plan = _planned(plans["full"], tmp_path)
+    overrides = [o for o in plan.overrides if not o.startswith("trainer.total_training_steps=")]
+    if estimated:  # no total configured: rows // TRAIN_BATCH_SIZE x TOTAL_EPOCHS of the training file
+        train = tmp_path / "train.parquet"
+        plan = dataclasses.replace(plan, settings=plan.settings.model_copy(update={"total_epochs": 1}))
+        pq.write_table(pa.table({"prompt": ["p"] * (total * plan.settings.train_batch_size + 1)}), train)
+        overrides = [o for o in overrides if not o.startswith("data.train_files=")] + [f"data.train_files='{train}'"]
+    else:
+        overrides.append(f"trainer.total_training_steps={total}")
+    if mode == "resume_path":
+        overrides += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={step_dir}"]
+    elif mode == "disable":
+        overrides.append("trainer.resume_mode=disable")
+    plan = dataclasses.replace(plan, overrides=overrides)
+    said = plan_module._resume(plan.settings, plan.overrides, [])
+    assert said["planned_steps_estimated"] in (estimated, None), said
+    assert said["finished"] is (mode != "disable" and saved >= total), said
+    assert (final_save(plan) is not None) is (mode == "auto" and saved >= total)

@@ -211,3 +211,47 @@ def test_a_run_with_no_metrics_still_reports_and_keeps_its_exit(tmp_path: Path, 
     assert done.returncode == 7
     assert "no step was logged" in done.stdout
     assert json.loads((tmp_path / "checkpoints" / "p" / "e" / "run-report.json").read_text())["outcome"] == "failed (exit 7)"
+
+
+def test_the_report_of_a_run_on_several_nodes_counts_every_device_of_every_node(
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 52: per-device figures divide by the world (NNODES x NDEVICES_PER_NODE), not by one node's devices."""
+    from recipe.run import trainer
+
+    def plan_of(nnodes: int) -> Any:
+        settings = settings_of(DEVICE="gpu", MODEL_PATH=str(model), CHECKPOINT_DIR=str(tmp_path / f"ck{nnodes}"),
+                               NNODES=nnodes, NDEVICES_PER_NODE=4, TP=1, GEN_TP=1, EP=1, MASTER_ADDR="10.0.0.1",
+                               RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="t" * 32, TRAIN_BATCH_SIZE=12, ROLLOUT_N=4)  # fmt: skip
+        return build_plan(settings, {})
+
+    events = tmp_path / "tb"
+    steps = _logged_and_read_back(_recorded(), events, monkeypatch)
+    reports = {}
+    for nnodes in (1, 3):
+        plan = plan_of(nnodes)
+        monkeypatch.setitem(plan.env, "TENSORBOARD_DIR", str(events))
+        reports[nnodes] = trainer.write_run_report(plan, 0)
+    assert steps and {nnodes: report.devices for nnodes, report in reports.items()} == {1: 4, 3: 12}
+    assert reports[3].tokens_per_s_per_device() == pytest.approx(reports[1].tokens_per_s_per_device() / 3)
+    written = json.loads((tmp_path / "ck3" / "grpo_qwen3_5_35b_geo3k" / "qwen3_5_35b_megatron" / "run-report.json").read_text())
+    assert "on 12 device(s)" in reports[3].to_text("x") and written["devices"] == 12
+
+
+def test_a_phase_timed_in_some_steps_its_share_and_the_peak_over_more_steps_than_one() -> None:
+    """Issue 52, at the sizes that matter: four steps; a phase verl timed in three of them is the median of those three
+    (its share of the median step), said to be "3 of 4 steps"; the memory peak is the largest of the four, not the
+    last step's or the first's."""
+    generation = names.PHASES["generation"]
+    steps: dict[int, dict[str, float | None]] = {
+        1: {names.STEP_SECONDS: 10.0, generation: 4.0, names.ACTOR_PEAK_GIB: 3.0},
+        2: {names.STEP_SECONDS: 20.0, generation: 5.0, names.ACTOR_PEAK_GIB: 7.0},
+        3: {names.STEP_SECONDS: 30.0, names.ACTOR_PEAK_GIB: 2.0},  # the timer missing from this step only
+        4: {names.STEP_SECONDS: 40.0, generation: 6.0, names.ACTOR_PEAK_GIB: 1.0},
+    }
+    report = build_report(steps, _inputs())
+    assert report.phase_medians()["generation"] == (5.0, 3)
+    line = next(line for line in report.to_text("x").splitlines() if line.strip().startswith("generation"))
+    assert line.split() == ["generation", "5.0", "s", "20.0", "%", "(3", "of", "4", "steps)"]  # 5 of the 25 s median
+    [actor] = [row for row in report.memory if row.metric == names.ACTOR_PEAK_GIB]
+    assert actor.measured_gib == 7.0

@@ -103,6 +103,31 @@ def test_a_manifest_that_does_not_hold_for_this_file_is_a_reason(
 
 
 @pytest.mark.parametrize(
+    ("drop", "reason"),
+    [
+        (("files", "train", "sha256"), "files.train names no sha256 of train.parquet: run prepare-data again"),
+        (("files", "train", "file"), "names no file train.parquet"),
+        (("files",), "names no file train.parquet"),
+        (("prompt_tokens", "train", "tokens"), "prompt_tokens.train.tokens is not a list of token counts"),
+        (("prompt_tokens", "train"), "prompt_tokens.train.tokens is not a list of token counts"),
+        (("prompt_tokens",), "prompt_tokens.train.tokens is not a list of token counts"),
+    ],
+)
+def test_a_manifest_with_a_field_missing_is_a_reason_naming_it(tmp_path: Path, drop: tuple[str, ...],
+                                                               reason: str) -> None:
+    """Issue 52: fields missing, not wrong (a manifest of another version, or edited by hand)."""
+    train = manifest(tmp_path, [1, 2])
+    record = json.loads((tmp_path / "manifest.json").read_text())
+    parent = record
+    for key in drop[:-1]:
+        parent = parent[key]
+    del parent[drop[-1]]
+    (tmp_path / "manifest.json").write_text(json.dumps(record))
+    answer = recorded_lengths(train)
+    assert isinstance(answer, str) and answer.endswith(reason), answer
+
+
+@pytest.mark.parametrize(
     ("content", "reason"),
     [(b"[" * 100_000 + b"]" * 100_000, "unreadable (nested too deep to be read)"),
      (b"\xff\xfe{", "unreadable (not UTF-8 text (byte 0))"),

@@ -611,3 +611,17 @@ def test_the_cache_leaves_no_file_open(tmp_path: Path, environ: dict[str, str], 
         cached_digest(data, environ)
     cached_digest(data, environ)  # and believed
     assert _open_fds() == before
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2, (1 << 20) - 1, 1 << 20, (1 << 20) + 1])  # around read_back's CHUNK too
+def test_read_file_takes_a_file_of_exactly_its_bound_and_refuses_one_byte_more(tmp_path: Path, limit: int) -> None:
+    """Issue 52: the bound itself, named (read_back.read_file and read_json read up to it, and no further)."""
+    from recipe.read_back import read_file, read_json
+
+    exact = _write(tmp_path / "exact", b"7" * limit)
+    assert read_file(exact, limit) == b"7" * limit
+    over = _write(tmp_path / "over", b"7" * (limit + 1))
+    with pytest.raises(FileRefused, match="above the"):
+        read_file(over, limit)
+    if 0 < limit < 100:  # a JSON number of `limit` digits, read at its bound
+        assert read_json(exact, limit) == int("7" * limit)

@@ -118,6 +118,20 @@ def test_the_image_check_passes_exactly_when_both_ends_are_the_datas_lengths(
     assert check.passed == (low in data and high in data)
 
 
+@pytest.mark.parametrize(
+    ("image_tokens", "said"),
+    [([4, 4, 4], "4 image tokens in every prompt"), ([4, 0, 4], "4 image tokens in 2 of 3 prompts"),
+     ([0, 6, 4], "4 to 6 image tokens in 2 of 3 prompts"), ([0, 0, 9], "9 image tokens in 1 of 3 prompts")],
+)  # fmt: skip
+def test_data_where_only_some_prompts_carry_images_is_said_so(image_tokens: list[int], said: str) -> None:
+    """Issue 52: a prompt without an image is neither counted as one with 0 image tokens nor hidden by "every"; steps
+    past the run's are not judged."""
+    metrics = {1: {PROMPT_MIN: 100.0, PROMPT_MAX: 130.0}, 2: {PROMPT_MIN: 100.0, PROMPT_MAX: 120.0},
+               3: {PROMPT_MIN: 1.0, PROMPT_MAX: 1.0}}  # fmt: skip
+    check = judge_images(metrics, 2, _lengths([100, 120, 130], image_tokens))
+    assert check.passed and check.measured == f"{said} (prompts of 100, 120, 130 tokens)", check
+
+
 def test_text_only_data_and_uncountable_data() -> None:
     metrics = read_metrics(RECORDED)
     assert judge_images(metrics, STEPS, _lengths([120, 130], [0, 0])).passed  # the user's text data: nothing to see

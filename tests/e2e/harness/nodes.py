@@ -24,6 +24,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from dataclasses import dataclass
@@ -121,7 +122,11 @@ class Cluster:
     def environment(self, rank: int) -> dict[str, str]:
         """The environment of NODE_RANK `rank`'s `run`: the machine's (CPU stand-ins) and the user's settings."""
         ip = HEAD_IP if rank == 0 else WORKER_IP
-        flags = [f"--node-ip-address={ip}", f"--dashboard-agent-listen-port={free_port(ip)}"]
+        # Each node's Ray files in a folder of its own, as on its own machine: a head in the default /tmp/ray would
+        # leave /tmp/ray/ray_current_cluster behind if killed, and every later `ray.init()` on this host would try
+        # to join it (the one-node e2e's trainer among them).
+        temp_dir = tempfile.mkdtemp(prefix=f"e2e-ray{rank}-", dir="/tmp")
+        flags = [f"--node-ip-address={ip}", f"--dashboard-agent-listen-port={free_port(ip)}", f"--temp-dir={temp_dir}"]
         if rank == 0:
             flags += ["--include-dashboard=false", f"--ray-client-server-port={free_port(ip)}"]
         return {

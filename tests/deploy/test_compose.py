@@ -307,6 +307,8 @@ def test_plan_through_compose_in_the_built_image(compose_bin: str, tmp_path: Pat
     hostdirs = {name: tmp_path / name for name in ("models", "data", "checkpoints", "hf")}
     for path in hostdirs.values():
         path.mkdir()
+    for name in ("data", "checkpoints", "hf"):  # as the README's set-up does: the image's user (uid 1000) writes there
+        os.chown(hostdirs[name], 1000, 1000)
     limits = tmp_path / "sandbox-limits.yaml"  # see the engine check above
     limits.write_text(f"services:\n  {service}:\n    ulimits: !reset {{}}\n")
     env = _clean_env(SHM_SIZE="256mb", SAVE_FREQ="7", HF_TOKEN="hf_do_not_print",

@@ -35,7 +35,8 @@ from recipe.errors import RecipeConfigError, one_line, report_errors
 from recipe.export.commands import add_export_commands, run_export, run_verify_export
 from recipe.export.report import printable
 from recipe.help import add_command
-from recipe.launch import checkpoint_root
+from recipe.launch import TRAINER_MODULE, checkpoint_root
+from recipe.run.progress import PROGRESS_LINE
 from recipe.plan import Plan, build_plan
 from recipe.process_exit import run_program
 from recipe.provenance import DRIFT_FIELDS
@@ -88,22 +89,23 @@ def _parser() -> argparse.ArgumentParser:
         summary="check the machine, then run the trainer",
         description="Everything `plan` checks, then the machine: devices visible, the model's config.json, readable "
         "data files, a writable checkpoint directory, the trainer's packages and a sound HF export to resume "
-        "from. Then `python -m verl.trainer.main_ppo` runs with the plan's overrides, followed by the user's Hydra "
+        f"from. Then `python -m {TRAINER_MODULE}` (verl's GRPO trainer) runs with the plan's overrides, then the user's Hydra "
         "overrides (key=value, +key=value, ~key): OVERRIDES' first, then those after `--`; an override replaces "
         "the recipe's value for the same key. With NNODES > 1 it starts or joins the Ray cluster first.",
         usage="entrypoint.py run [--progress | --no-progress] [-- key=value ...]",
         exit_codes={
             0: "the trainer finished",
             2: "bad settings, overrides or machine: nothing was started",
-            3: "the Ray cluster did not form in RAY_WAIT_TIMEOUT",
+            3: "the Ray cluster did not form in RAY_WAIT_TIMEOUT, or a node was lost during the run (a restart "
+               "resumes from the last save)",
             4: "PROFILE=smoke: the trainer finished, but the smoke verdict failed (the block says which check)",
         } | {1: "the trainer's own exit code otherwise (1 and others)"},
         examples=["python entrypoint.py run -- actor_rollout_ref.actor.optim.lr=2e-6 trainer.total_training_steps=100"],
     )
     run.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None,
-        help="one `progress:` line per training step (step of total, mean reward, s/step, ETA), read from the "
-        "TensorBoard event files; default: on when stdout is a terminal",
+        help=f"one `progress:` line per training step ({PROGRESS_LINE}), read from verl's TensorBoard event "
+        "files; default: PROGRESS (on)",
     )  # fmt: skip
     add_prepare_data_parser(commands)
     add_export_commands(commands)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 from recipe import __version__
 from recipe.allocator import AllocatorDecision, decide_allocator
 from recipe.checkpoint_tracker import TRACKER_NAME, ResumeCheckError, tracked_step_dir
+from recipe.cluster.rules import failure_bounds
 from recipe.chip import DEFAULT_CHIP, Chip, assumed_chip, chip_setting_problem
 from recipe.device import DeviceDetection, detect_device
 from recipe.errors import RecipeConfigError
@@ -81,6 +82,8 @@ class Plan:
     resume: dict[str, Any] = field(default_factory=dict)
     #: What the plan accepts but would fail or mislead later (recipe.plan_warnings), one line each.
     warnings: list[str] = field(default_factory=list)
+    #: Across several nodes: how long a lost node or head takes to end the run (recipe.cluster.rules.failure_bounds).
+    nodes: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready document (secrets redacted)."""
@@ -101,6 +104,7 @@ class Plan:
             "data": self.data,
             "resume": self.resume,
             "warnings": self.warnings,
+            "nodes": self.nodes,
         }
 
     def to_json(self) -> str:
@@ -132,6 +136,8 @@ class Plan:
         lines.append("env      " + " ".join(f"{k}={'(unset)' if v is None else v}" for k, v in self.env.items()))
         if self.resume:
             lines.append(f"resume   {self.resume['text']}")
+        if self.nodes:
+            lines.append(f"nodes    {self.nodes['text']}")
         for line in self.drift_accepted:
             lines.append(f"drift    {line}")
         python, flag, module, *overrides = self.argv
@@ -247,6 +253,7 @@ def build_plan(
         _data_note(settings, overrides),
         resume,
         plan_warnings(settings, environ, model, overrides),
+        failure_bounds(settings.nnodes, settings.ray_wait_timeout),
     )
 
 

@@ -7,7 +7,9 @@ Each is a mistake that costs a model load or a wasted run when found at run time
 - a model of another type than the recipe's values were tuned for (Qwen3.5-35B-A3B): the layout
   and memory rules still read that model's own config.json, the tuned batch and lengths do not fit it;
 - data prepared where TRAIN_FILES does not point: `prepare-data gsm8k` writes DATA_DIR/gsm8k while
-  TRAIN_FILES keeps its geo3k default, so the run would find no file, or the wrong one.
+  TRAIN_FILES keeps its geo3k default, so the run would find no file, or the wrong one;
+- TRAIN_FILES moved to another dataset with VAL_FILES left on geo3k's default: validation scores another task;
+- one response per prompt (ROLLOUT_N=1) under GRPO: a group of one has no baseline.
 """
 
 from __future__ import annotations
@@ -86,7 +88,36 @@ def data_warning(settings: Settings, overrides: Sequence[str]) -> str | None:
     )
 
 
+def group_warning(overrides: Sequence[str]) -> str | None:
+    """GRPO with one response per prompt: no group to take a baseline from (None with two or more, or no GRPO)."""
+    if override_value(overrides, "algorithm.adv_estimator") != "grpo":
+        return None
+    value = override_value(overrides, "actor_rollout_ref.rollout.n")
+    if value is None or value.strip() != "1":
+        return None
+    # verl 0.9.1's compute_grpo_outcome_advantage: a group of one gets mean 0 and std 1, so its reward is its advantage.
+    return (
+        "ROLLOUT_N=1 (actor_rollout_ref.rollout.n=1): GRPO's baseline is the mean reward of each prompt's group, "
+        "and a group of one has none: verl then takes each raw reward as its advantage (no baseline, no "
+        "normalisation); set ROLLOUT_N to 2 or more (5 by default)"
+    )
+
+
+def validation_warning(settings: Settings) -> str | None:
+    """TRAIN_FILES moved to another dataset while VAL_FILES kept geo3k's default (None otherwise)."""
+    default = Settings.model_construct(data_dir=settings.data_dir)
+    if settings.train_files is None or settings.val_files is not None:
+        return None
+    if settings.resolved_train_files == default.resolved_train_files:
+        return None
+    return (
+        f"TRAIN_FILES={printable(str(settings.train_files))!r} is set, VAL_FILES is not: validation still runs on "
+        f"{printable(str(settings.resolved_val_files))!r} (geo3k's); set VAL_FILES to the same dataset's test split"
+    )
+
+
 def plan_warnings(settings: Settings, environ: Mapping[str, str], model: ModelSource, overrides: Sequence[str]) -> list[str]:
     """Every warning above that applies, in the order the plan's lines come."""
-    found = [model_type_warning(model), data_warning(settings, overrides), wandb_warning(settings, overrides, environ)]
+    found = [model_type_warning(model), data_warning(settings, overrides), validation_warning(settings),
+             group_warning(overrides), wandb_warning(settings, overrides, environ)]  # fmt: skip
     return [line for line in found if line is not None]

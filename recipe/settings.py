@@ -184,6 +184,9 @@ class Settings(BaseSettings):
             "should let you try anyway, say with a vllm-ascend that fixes it; see docs/layout.md."
         ),
     )
+    progress: Literal["on", "off", "auto"] = Field("on", description=(
+        "`run`'s `progress:` line per step: on (plain lines, in `docker compose up`'s or a pod's log too), off, or "
+        "auto (only on a terminal); `run --progress` / `--no-progress` win."))
     expandable_segments: bool = Field(
         True,
         description=(

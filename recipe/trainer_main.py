@@ -6,21 +6,51 @@ threads (SIGSEGV, exit 139, the log complete; verl#1299, verl#2012, ray#36885), 
 policy then trains the finished run again. Run through here, verl's own `main` (the same Hydra
 entry, reading the same argv) returns once fit() is done, its last save written (verl saves
 synchronously), and the process ends through recipe.process_exit: status 0, or 1 with the
-traceback Hydra printed, never through the teardown. Nothing of the recipe is imported beyond
+traceback Hydra printed, never through the teardown.
+
+One change to verl's start: its TaskRunner (the actor that drives the whole run) is placed on Ray's head node,
+where this driver and the recipe's `run` live, instead of wherever Ray finds a CPU (a worker, in the two-node
+e2e). A lost worker then never takes the run's driver with it: the head's `run` sees the loss and ends the run
+(recipe.cluster.node_watch), the same way whichever node is lost. Nothing else of the recipe is imported beyond
 process_exit: the trainer's process stays verl's.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from recipe.process_exit import run_program
+
+#: Ray's own resource of the head node (ray._common.constants.HEAD_NODE_RESOURCE_NAME); Ray pins its own state
+#: actors there the same way, asking a thousandth of it.
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+ON_THE_HEAD = {HEAD_NODE_RESOURCE: 0.001}
+
+
+class OnTheHead:
+    """A Ray actor class whose actors are placed on the head node: `.remote()` and `.options()` as the class's own."""
+
+    def __init__(self, actor_class: Any) -> None:
+        self.actor_class = actor_class
+
+    def options(self, **options: Any) -> Any:
+        """The class's options with the head node's resource added to any the caller asks for."""
+        resources = {**(options.pop("resources", None) or {}), **ON_THE_HEAD}
+        return self.actor_class.options(resources=resources, **options)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Start the actor on the head node."""
+        return self.options().remote(*args, **kwargs)
 
 
 def main() -> int:
-    """verl.trainer.main_ppo's main with this process's argv; 0 once it returned (an exception propagates)."""
+    """verl.trainer.main_ppo's main with this process's argv, its TaskRunner on the head; 0 once it returned."""
     # lazy: verl is heavy or absent where this module is imported; loaded only here
-    from verl.trainer.main_ppo import main as verl_main
+    from verl.trainer import main_ppo
 
-    verl_main()
+    # verl's main reads the class from its module when it starts the run (run_ppo(config, TaskRunnerV1)).
+    main_ppo.TaskRunnerV1 = OnTheHead(main_ppo.TaskRunnerV1)
+    main_ppo.main()
     return 0
 
 

@@ -135,6 +135,29 @@ def shown_override(text: str) -> str:
     return repr(redact(text))  # a text with no `=` can still hold a URL's password or a token
 
 
+#: A key=value inside another override's value: two overrides in one argument, or a comma-separated list of them.
+_ANOTHER_OVERRIDE = re.compile(r"(\s+|\s*,\s*)[~+]{0,2}[A-Za-z_][\w./@-]*=")
+
+
+def override_slip(text: str) -> str | None:
+    """What an everyday slip did to an override Hydra cannot parse, and its fix, in the recipe's words; None for
+    any other text (Hydra's own reason is then said). The fix is shown as every override is (shown_override)."""
+    key, _, value = text.partition("=")
+    if not key.strip():
+        return "has no key before `=` (the shell splits `key = value` into three arguments); write key=value"
+    if key != key.rstrip():
+        return f"has a blank before `=`, which Hydra cannot parse; write {shown_override(key.rstrip() + '=' + value.lstrip())}"
+    found = _ANOTHER_OVERRIDE.search(value)
+    if found is None:
+        return None
+    first, second = key + "=" + value[: found.start()], value[found.end(1):]
+    if "," in found.group(1):
+        return (f"holds overrides separated by a comma; separate them with blanks, {shown_override(first)} "
+                f"{shown_override(second)} (OVERRIDES is split like a shell command line)")  # fmt: skip
+    return (f"holds two overrides in one argument; give each its own, {shown_override(first)} {shown_override(second)} "
+            "(quote each alone, not both together)")
+
+
 def parse_user_override(text: str, parser: Any) -> UserOverride | str:
     """The override as Hydra parses it, or one problem line (what Hydra rejects, plan rejects)."""
     shown = shown_override(text)
@@ -150,7 +173,8 @@ def parse_user_override(text: str, parser: Any) -> UserOverride | str:
     try:
         parsed = parser.parse_override(text)
     except Exception as error:  # Hydra's OverrideParseException, or whatever its grammar raises
-        return f"override {shown}: Hydra cannot parse it ({reason(error)})"
+        slip = override_slip(text)
+        return f"override {shown}: {slip}" if slip else f"override {shown}: Hydra cannot parse it ({reason(error)})"
     if parsed.is_sweep_override():
         return (
             f"override {shown}: is a sweep, which Hydra refuses outside --multirun; "

@@ -8,8 +8,8 @@ CHECK_INTERVAL_S; once a node that joined at the start is dead, it asks the trai
 it STOP_GRACE_S, then kills it (SIGKILL), and `run` ends with one line naming
 the node (ClusterError, exit 3). Compose's on-failure policy or the Job's backoffLimit then restarts every node,
 and the run resumes from its last save. Ray itself marks a node dead once its health checks fail (about 15 s
-with Ray 2.60's defaults: a check every 3 s, 5 failures), so the bound is about 15 + CHECK_INTERVAL_S +
-STOP_GRACE_S seconds after the loss. A trainer that failed on its own first is asked about too: its status is
+with Ray 2.60's defaults for a killed node, a check every 3 s, 5 failures; about 65 s for one cut off), so the bound is
+recipe.cluster.rules.lost_node_bound_s() after the loss. A trainer that failed on its own first is asked about too: its status is
 the run's, and the line says which node was lost (Ray may need LOSS_SETTLE_S to notice).
 """
 
@@ -25,13 +25,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from recipe.cluster.readiness import NodeReport
+from recipe.cluster.rules import NODE_CHECK_INTERVAL_S, TRAINER_STOP_GRACE_S
 
 logger = logging.getLogger(__name__)
 
-#: How often the node table is read while the trainer runs.
-CHECK_INTERVAL_S = 5.0
-#: How long the trainer has to end on its own once asked to stop, before its process group is killed.
-STOP_GRACE_S = 30.0
+#: How often the node table is read while the trainer runs, and the trainer's grace to stop (recipe.cluster.rules,
+#: where `plan` states the bound they make).
+CHECK_INTERVAL_S, STOP_GRACE_S = NODE_CHECK_INTERVAL_S, TRAINER_STOP_GRACE_S
 #: After a trainer that failed on its own: how long Ray may take to mark the lost node dead (its health checks).
 LOSS_SETTLE_S = 30.0
 

@@ -13,7 +13,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from recipe.cluster.rules import NODE_RANK_LABEL, ClusterError, node_ip_address
+from recipe.cluster.rules import (
+    GCS_RECONNECT_TIMEOUT_S,
+    GCS_RECONNECT_VARIABLE,
+    NODE_RANK_LABEL,
+    ClusterError,
+    node_ip_address,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -172,4 +178,6 @@ def start_worker(address: str, node_rank: int, *, options: NodeOptions = NodeOpt
     argv = ray_start_argv(node_rank=node_rank, options=options, address=address,
                           ray=ray_executable())
     logger.info("Joining the Ray head at %s: %s", address, " ".join(argv))
-    return RayNode(argv, env=env, log_path=log_path)
+    node_env = dict(os.environ if env is None else env)
+    node_env.setdefault(GCS_RECONNECT_VARIABLE, str(GCS_RECONNECT_TIMEOUT_S))
+    return RayNode(argv, env=node_env, log_path=log_path)

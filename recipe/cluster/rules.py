@@ -19,6 +19,50 @@ ResourceName = Literal["GPU", "NPU"]
 #: Node label that carries NODE_RANK, so a failed wait can name the ranks missing.
 NODE_RANK_LABEL = "grpo-recipe/node-rank"
 
+# --- how long a lost node or a lost head takes to end the run (docs/deploy.md, "A lost node") ------------------
+#: How long Ray 2.60's GCS takes at most to mark a lost node dead with its default health checks: one every 3 s
+#: (health_check_period_ms), dead after 5 failures (health_check_failure_threshold), each failing at once for a
+#: killed node (about 15 s, measured) or after its 10 s timeout (health_check_timeout_ms) for one cut off.
+HEALTH_CHECKS_S = 5 * (3.0 + 10.0)
+#: How often the head's `run` reads Ray's node table while the trainer runs (recipe.cluster.node_watch).
+NODE_CHECK_INTERVAL_S = 5.0
+#: How long the trainer has to end on its own once asked to stop, before its process group is killed.
+TRAINER_STOP_GRACE_S = 30.0
+#: How long a worker's raylet waits for a head whose GCS is gone before it ends (Ray's default, 60 s). The recipe
+#: runs no GCS fault tolerance, so a lost GCS never comes back: a restarted head is a new cluster, which the
+#: worker's `run` joins anew (recipe.cluster.supervisors.run_worker). Waiting longer only delays that, and the
+#: worker's end when the head is gone for good. A value in the node's environment wins.
+GCS_RECONNECT_VARIABLE = "RAY_gcs_rpc_server_reconnect_timeout_s"
+GCS_RECONNECT_TIMEOUT_S = 15
+#: The most `ray start --block` takes to end once its raylet ended (recipe.cluster.ray_node.RayNode.stop's grace).
+RAY_STOP_S = 30.0
+
+
+def lost_node_bound_s() -> float:
+    """From a node's loss to the end of the head's `run` (exit 3): Ray's health checks, one read of the node table,
+    the trainer's grace to stop. No collective timeout (NCCL's, HCCL's, gloo's, verl's nccl_timeout) is waited for."""
+    return HEALTH_CHECKS_S + NODE_CHECK_INTERVAL_S + TRAINER_STOP_GRACE_S
+
+
+def lost_head_bound_s(rejoin_grace_s: float) -> float:
+    """From the head's loss to the end of a worker's `run` (exit 3): its raylet's wait for the GCS, its `ray start`
+    ending, then its wait for a restarted head (RAY_WAIT_TIMEOUT, `rejoin_grace_s`)."""
+    return GCS_RECONNECT_TIMEOUT_S + RAY_STOP_S + rejoin_grace_s
+
+
+def failure_bounds(nnodes: int, rejoin_grace_s: float) -> dict[str, object]:
+    """What a lost node does to a run across `nnodes` nodes, for `plan` to state; empty on one node."""
+    if nnodes < 2:
+        return {}
+    node, head = lost_node_bound_s(), lost_head_bound_s(rejoin_grace_s)
+    return {
+        "lost_node_bound_s": node,
+        "lost_head_bound_s": head,
+        "text": f"a node lost mid-run ends the head's run within {node:.0f} s, a lost head each worker's within "
+                f"{head:.0f} s (RAY_WAIT_TIMEOUT={rejoin_grace_s:.0f} s for a restarted head among it): exit 3 and "
+                "one line naming it; a restart of every node resumes from the last save",
+    }  # fmt: skip
+
 
 class ClusterError(RuntimeError):
     """The Ray cluster could not be formed or joined.

@@ -139,14 +139,17 @@ def run_worker(
     probe_interval_s: float = 1.0,
     log_path: str | None = None,
     min_uptime_s: float = MIN_WORKER_UPTIME_S,
+    run_ended: Callable[[], str | None] = lambda: "",
 ) -> int:
     """NODE_RANK > 0: join the head and stay joined while it lives.
 
     ``ray start --address --block`` returns when the head goes away (its raylet
     loses the GCS). If the head answers again within ``rejoin_grace_s`` (it
     crashed and its restart policy brought it back to resume), this node
-    rejoins; if not, the run is over and this returns 0, so a restart policy of
-    ``on-failure`` leaves it stopped. Raises ClusterError if the head never
+    rejoins. If not, ``run_ended()`` says how the run finished (returns 0, so a
+    restart policy of ``on-failure`` leaves it stopped), or None: the head was lost
+    before the run finished, ClusterError (exit 3, so the restart policy brings this
+    node back to wait for a restarted head). Raises ClusterError too if the head never
     answers within ``join_timeout_s`` or ``ray start`` keeps failing at once.
     """
     if role.kind != "worker" or role.address is None:
@@ -170,8 +173,14 @@ def run_worker(
             logger.info("ray start on NODE_RANK=%d ended with code %d after %.0fs",
                         role.node_rank, code, uptime)
             if not _wait_reachable(address, rejoin_grace_s, probe_interval_s):
-                logger.info("The Ray head at %s has been gone for %.0fs: the run is over",
-                            address, rejoin_grace_s)
+                ended = run_ended()
+                if ended is None:
+                    raise ClusterError([f"NODE_RANK={role.node_rank}: the Ray head at {address} left before the run "
+                                        f"finished and has been gone for {rejoin_grace_s:.0f}s (killed, preempted or "
+                                        "cut off). Restart every node (the restart policy does): the run resumes "
+                                        "from its last save"])  # fmt: skip
+                logger.info("The Ray head at %s has been gone for %.0fs: the run is over%s",
+                            address, rejoin_grace_s, f" ({ended})" if ended else "")
                 return 0
             if failed_starts >= MAX_FAILED_WORKER_STARTS:
                 raise ClusterError([f"NODE_RANK={role.node_rank}: ray start --address={address} "

@@ -15,6 +15,7 @@ verl's own count since verl only drops rows: a run that stops below it is not ca
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from recipe.export.evidence import trusted_status
 from recipe.export.watch import HF_SUBDIRS, MANIFEST, REPORT_NAME, HFExport, check_export
 from recipe.launch import override_value, planned_checkpoint_root, planned_step_total
 from recipe.plan import Plan
+from recipe.read_back import FileRefused, parse_json, open_regular, read_bounded
 from recipe.run_length import StepTotal
 
 logger = logging.getLogger("recipe")
@@ -78,3 +80,43 @@ def final_save(plan: Plan) -> FinalSave | None:
     if status is None or status == "broken":
         return None
     return FinalSave(step, total, root, status)
+
+
+#: The head's run report holds a row a step: a file past this is no report of ours.
+MAX_RUN_REPORT_BYTES = 16 << 20
+
+#: Which run report a worker saw when it joined (inode, mtime, size), or None: none was there.
+ReportMark = tuple[int, int, int] | None
+
+
+def report_mark(path: Path) -> ReportMark:
+    """The report as it is now, to tell a report written later from it without comparing two machines' clocks."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
+def finished_report(path: Path, mark: ReportMark) -> str | None:
+    """How the head's run report (run-report.json, written by the head's `run` when its trainer ended) says the run
+    finished, when it was written after `mark` and says exit 0; None otherwise: none, the one seen before, not a
+    regular file within MAX_RUN_REPORT_BYTES, not JSON, or any other end. A worker asks once its head is gone."""
+    try:
+        fd, info = open_regular(path, MAX_RUN_REPORT_BYTES)
+    except (OSError, FileRefused):
+        return None
+    try:
+        if (info.st_ino, info.st_mtime_ns, info.st_size) == mark:
+            return None  # an earlier run's report
+        document = parse_json(read_bounded(fd, MAX_RUN_REPORT_BYTES), str(path))
+    except (OSError, FileRefused):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(document, dict) or document.get("outcome") != "finished":
+        return None
+    code = document.get("exit_code")
+    if type(code) is not int or code != 0:
+        return None
+    return f"the head's run report ({path.name}) says it finished with exit 0"

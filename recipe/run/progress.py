@@ -24,6 +24,8 @@ from recipe.run_length import StepTotal
 
 logger = logging.getLogger("recipe")
 
+#: What each progress line holds, in the words `run --help`, the README and docs/deploy.md use (a test keeps them equal).
+PROGRESS_LINE = "step of total, mean reward, s/step and its split into verl's phases, tokens/s/device, ETA"
 #: A step time past this (a year) is no time of a step: left out of the ETA.
 MAX_STEP_SECONDS = 365 * 86400.0
 #: How often the event files are read again.

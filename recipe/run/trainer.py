@@ -38,7 +38,7 @@ from recipe.launch import (
 )
 from recipe.plan import Plan
 from recipe.record_file import copy_into_new_steps, record_bytes, write_record
-from recipe.run.finish import final_save
+from recipe.run.finish import final_save, finished_report, report_mark
 from recipe.run.preflight import _bench_data_dir, _smoke_assets_root, run_problems
 from recipe.run.progress import event_reader, printing_progress, read_steps
 from recipe.run.report import ReportInputs, RunReport, build_report, device_peak
@@ -179,8 +179,11 @@ def _warn_about_prompt_budget(plan: Plan) -> None:
 
 
 def _progress(plan: Plan, wanted: bool | None) -> Any:
-    """The progress lines' printer while the trainer runs (recipe.run.progress), or nothing: off unless asked or a terminal."""
-    if not (wanted if wanted is not None else sys.stdout.isatty()):
+    """The progress lines' printer while the trainer runs (recipe.run.progress), or nothing: `--progress` or
+    `--no-progress` when given, else PROGRESS (on by default: logs are where users read them)."""
+    if wanted is None:
+        wanted = {"on": True, "off": False}.get(plan.settings.progress, sys.stdout.isatty())
+    if not wanted:
         return nullcontext()
     total = planned_step_total(plan.settings, plan.overrides)
     return printing_progress(Path(str(plan.env["TENSORBOARD_DIR"])), total, lambda line: print(line, flush=True))
@@ -189,7 +192,7 @@ def _progress(plan: Plan, wanted: bool | None) -> Any:
 def run_command(plan: Plan, progress: bool | None = None) -> int:
     """`run`: check the machine, then train (or join as a worker); the exit code.
 
-    `progress`: print one line per step (None: when stdout is a terminal).
+    `progress`: print one line per step (None: as PROGRESS says).
     """
     settings = plan.settings
     done = final_save(plan)
@@ -233,9 +236,13 @@ def run_command(plan: Plan, progress: bool | None = None) -> int:
     logger.info("Ray: %s", role.reason)
     options = node_options(settings.ray_start_args)
     if role.kind == "worker":
+        # The head writes its run report when its trainer ended: one written while this node was joined, saying
+        # exit 0, is how this node tells a finished run from a lost head (the checkpoint root is shared).
+        report = planned_checkpoint_root(settings, plan.overrides) / REPORT_FILE
+        mark = report_mark(report)
         return supervisors.run_worker(
             role, join_timeout_s=settings.ray_wait_timeout, rejoin_grace_s=settings.ray_wait_timeout, env=env,
-            options=options,
+            options=options, run_ended=lambda: finished_report(report, mark),
         )
     with _export_watcher(plan), _progress(plan, progress):
         if role.kind == "single":
@@ -305,7 +312,10 @@ def _judge_smoke(plan: Plan, code: int) -> int:
     model = Path(override_value(plan.overrides, "actor_rollout_ref.model.path") or plan.settings.model_path)
     root = checkpoint_root(plan.settings)
     prompts = count_training_prompts(planned_training_file(plan.settings, plan.overrides), model)
-    verdict = smoke_verdict(Path(str(plan.env[METRICS_VARIABLE])), steps, root, model, prompts)
+    # A restarted run resumes after its last save; its metrics file holds only the steps it trained (verl's).
+    resumed = plan.resume.get("step") if plan.resume.get("action") == "resume" else None
+    first = resumed + 1 if isinstance(resumed, int) else 1
+    verdict = smoke_verdict(Path(str(plan.env[METRICS_VARIABLE])), steps, root, model, prompts, first)
     print(verdict.to_text(), flush=True)
     target = root / VERDICT_FILE
     try:

@@ -159,14 +159,15 @@ def _metric(value: Any) -> float | None:
 
 
 def _per_step(
-    metrics: Mapping[int, Mapping[str, float]], steps: int, value: Callable[[Mapping[str, float]], float | None]
+    metrics: Mapping[int, Mapping[str, float]], steps: int, value: Callable[[Mapping[str, float]], float | None],
+    first: int = 1,
 ) -> tuple[list[float], list[int]]:
-    """The value at each logged step of 1..steps, and the logged steps where it is missing or not finite.
+    """The value at each logged step of first..steps, and the logged steps where it is missing or not finite.
 
     A step that was not logged at all is the "steps" check's failure, not every check's.
     """
     found, missing = [], []
-    for step in (step for step in range(1, steps + 1) if step in metrics):
+    for step in (step for step in range(first, steps + 1) if step in metrics):
         measured = value(metrics[step])
         if measured is None or not math.isfinite(measured):
             missing.append(step)
@@ -181,9 +182,12 @@ def _spread(values: Mapping[str, float]) -> float | None:
     return values[ADVANTAGE_MAX] - values[ADVANTAGE_MIN]
 
 
-def _steps_ran(metrics: Mapping[int, Mapping[str, float]], steps: int) -> Check:
-    ran = [step for step in range(1, steps + 1) if step in metrics]
-    return Check("steps", len(ran) == steps, f"{len(ran)} of {steps} logged", f"every step 1..{steps}")
+def _steps_ran(metrics: Mapping[int, Mapping[str, float]], steps: int, first: int = 1) -> Check:
+    expected = range(first, steps + 1)
+    ran = [step for step in expected if step in metrics]
+    resumed = f" (resumed after step {first - 1})" if first > 1 else ""
+    return Check("steps", len(ran) == len(expected), f"{len(ran)} of {len(expected)} logged{resumed}",
+                 f"every step {first}..{steps}")  # fmt: skip
 
 
 def _at_every_step(
@@ -194,8 +198,9 @@ def _at_every_step(
     good: Callable[[float], bool],
     worst: Callable[[Iterable[float]], float],
     limit: str,
+    first: int = 1,
 ) -> Check:
-    found, missing = _per_step(metrics, steps, value)
+    found, missing = _per_step(metrics, steps, value, first)
     if missing:
         return Check(name, False, f"not logged (or not a finite number) at step {', '.join(map(str, missing))}", limit)
     if not found:
@@ -203,21 +208,25 @@ def _at_every_step(
     return Check(name, all(good(v) for v in found), f"{worst(found):.3g} at its worst step", limit)
 
 
-def judge_metrics(metrics: Mapping[int, Mapping[str, float]], steps: int) -> list[Check]:
-    """The checks the step metrics decide: every step ran, GRPO had a signal, gradients flowed, vLLM matched."""
+def judge_metrics(metrics: Mapping[int, Mapping[str, float]], steps: int, first: int = 1) -> list[Check]:
+    """The checks the step metrics decide: every step ran, GRPO had a signal, gradients flowed, vLLM matched.
+
+    `first`: the first step this run trained, after the save it resumed (verl's file logger starts its file anew
+    on every start, so a resumed run's file holds only its own steps).
+    """
     return [
-        _steps_ran(metrics, steps),
+        _steps_ran(metrics, steps, first),
         _at_every_step(
             "rewards vary within a prompt's group", metrics, steps, _spread, lambda v: v > 0, min,
-            f"{ADVANTAGE_MAX} - {ADVANTAGE_MIN} > 0 at every step",
+            f"{ADVANTAGE_MAX} - {ADVANTAGE_MIN} > 0 at every step", first,
         ),
         _at_every_step(
             "gradients", metrics, steps, lambda m: m.get(GRAD_NORM), lambda v: v > 0, min,
-            f"{GRAD_NORM} > 0 at every step",
+            f"{GRAD_NORM} > 0 at every step", first,
         ),
         _at_every_step(
             "rollout matches actor", metrics, steps, lambda m: m.get(PROBS_DIFF_MAX),
-            lambda v: v < PROBS_DIFF_LIMIT, max, f"{PROBS_DIFF_MAX} < {PROBS_DIFF_LIMIT:g} at every step",
+            lambda v: v < PROBS_DIFF_LIMIT, max, f"{PROBS_DIFF_MAX} < {PROBS_DIFF_LIMIT:g} at every step", first,
         ),
     ]  # fmt: skip
 
@@ -300,7 +309,7 @@ def judge_export(checkpoint_root: Path, initial_model: Path) -> list[Check]:
 
 
 def judge_images(
-    metrics: Mapping[int, Mapping[str, float]], steps: int, data: PromptLengths | str
+    metrics: Mapping[int, Mapping[str, float]], steps: int, data: PromptLengths | str, first: int = 1
 ) -> Check:
     """Images reached the rollout: at every step the shortest and the longest prompt are lengths of the data's own
     prompts counted with their images (recipe.data.prompt_lengths); `data` is those lengths, or why they are not
@@ -318,7 +327,7 @@ def judge_images(
     where = "every prompt" if with_images == len(data.image_tokens) else f"{with_images} of {len(data.image_tokens)} prompts"
     limit = f"{PROMPT_MIN} and {PROMPT_MAX} are the data's prompt lengths with images ({shown}) at every step"
     wrong: list[str] = []
-    for step in (step for step in range(1, steps + 1) if step in metrics):
+    for step in (step for step in range(first, steps + 1) if step in metrics):
         low, high = metrics[step].get(PROMPT_MIN), metrics[step].get(PROMPT_MAX)
         if low is None or high is None:
             wrong.append(f"step {step}: not logged")
@@ -342,14 +351,15 @@ def count_training_prompts(train_file: Path, model: Path) -> PromptLengths | str
 
 
 def smoke_verdict(
-    metrics_file: Path, steps: int, checkpoint_root: Path, initial_model: Path, prompts: PromptLengths | str
+    metrics_file: Path, steps: int, checkpoint_root: Path, initial_model: Path, prompts: PromptLengths | str,
+    first: int = 1,
 ) -> Verdict:
     """Judge a finished smoke run from its metrics file, its training data's prompt lengths (count_training_prompts)
-    and its newest save."""
+    and its newest save. `first`: the first step it trained (after the save a restarted run resumed)."""
     try:
         metrics = read_metrics(metrics_file)
     except MetricsError as error:
-        checks = [Check("steps", False, str(error), f"every step 1..{steps}")]
+        checks = [Check("steps", False, str(error), f"every step {first}..{steps}")]
     else:
-        checks = [*judge_metrics(metrics, steps), judge_images(metrics, steps, prompts)]
+        checks = [*judge_metrics(metrics, steps, first), judge_images(metrics, steps, prompts, first)]
     return Verdict(tuple(checks + judge_export(checkpoint_root, initial_model)))

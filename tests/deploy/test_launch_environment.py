@@ -157,3 +157,38 @@ def test_every_settings_env_line_reaches_every_pod(kubectl_bin: str, tmp_path: P
     if overlay.endswith("-ray"):
         environment["RAY_ADDRESS"] = "127.0.0.1:6379"
     assert_reaches_the_trainer(environment, tmp_path)
+
+
+# --- Several nodes: the two-node e2e's own settings, as two machines' .env files -----------------------------
+
+
+def test_the_two_node_e2es_settings_render_through_compose_on_both_machines(compose_bin: str, tmp_path: Path) -> None:
+    """What tests/e2e/test_two_nodes.py gives each node's `run` (tests/e2e/harness/nodes.py: Cluster.user_settings)
+    written as each machine's `.env` and rendered by Compose: every value reaches the container as the test ran
+    it, and `plan --json` on each rendered environment plans the same trainer for both nodes, with the bounds a
+    lost node and a lost head are held to."""
+    from recipe.cluster.rules import lost_head_bound_s, lost_node_bound_s
+    from tests.e2e.harness.nodes import new_cluster
+    from tests.e2e.harness.plan import recipe_settings
+
+    cluster = new_cluster({**recipe_settings(tmp_path / "checkpoints", save_freq=1), "RAY_WAIT_TIMEOUT": "30"})
+    plans = []
+    for rank in (0, 1):
+        settings = cluster.user_settings(rank)
+        project = tmp_path / f"machine-{rank}"
+        project.mkdir()
+        shutil.copy(REPO / "compose.yaml", project / "compose.yaml")
+        (project / ".env").write_text("".join(f"{name}='{value}'\n" for name, value in settings.items()))
+        out = run([compose_bin, "--project-directory", str(project), "config", "--format", "json", "gpu"],
+                  env=_clean_env())  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        environment = json.loads(out.stdout)["services"]["gpu"]["environment"]
+        assert {name: environment.get(name) for name in settings} == settings
+        plan, _ = plan_in(environment, tmp_path)
+        assert (plan["settings"]["NODE_RANK"], plan["settings"]["NNODES"]) == (rank, 2)
+        assert cluster.token not in json.dumps(plan)  # the plan redacts it
+        plans.append(plan)
+    assert plans[0]["argv"] == plans[1]["argv"]
+    assert plans[0]["nodes"] == plans[1]["nodes"]
+    assert (plans[0]["nodes"]["lost_node_bound_s"], plans[0]["nodes"]["lost_head_bound_s"]) == (
+        lost_node_bound_s(), lost_head_bound_s(30))

@@ -58,6 +58,8 @@ class Phases:
 
     seconds: list[tuple[str, float]] = field(default_factory=list)
     peak_memory_bytes: int = 0
+    #: Other measured figures worth a line at the end (the two-node losses' times to end).
+    notes: list[str] = field(default_factory=list)
 
     def timed(self, name: str, started: float) -> None:
         self.seconds.append((name, time.monotonic() - started))
@@ -281,3 +283,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(f"{'total':<40} {total:7.1f} s")
     peak = PHASES.peak_memory_bytes / 2**30
     terminalreporter.write_line(f"peak memory of a trainer run (PSS of all its processes and pytest's): {peak:.1f} GiB")
+    for note in PHASES.notes:
+        terminalreporter.write_line(note)

@@ -378,7 +378,7 @@ def test_plan_json_is_the_whole_plan_in_one_document(tmp_path: Path) -> None:
     document = json.loads(plan.to_json())
     assert list(document) == [
         "recipe_version", "device", "settings", "model", "layout", "allocator", "env", "overrides", "argv",
-        "provenance", "drift_accepted", "chip", "memory", "data", "resume", "warnings",
+        "provenance", "drift_accepted", "chip", "memory", "data", "resume", "warnings", "nodes",
     ]  # fmt: skip
     assert document["recipe_version"] == __version__
     assert document["device"] == plan.device.to_dict() and document["model"] == plan.model.to_dict()
@@ -525,3 +525,18 @@ def test_on_gpu_no_chip_is_looked_up_before_the_problems_are_reported(tmp_path: 
     with pytest.raises(RecipeConfigError) as caught:
         build_plan(smoke(tmp_path, DEVICE="gpu", TP=2), {"RECIPE_IMAGE_INFO_DIR": "/" + "x" * 300})
     assert caught.value.problems and all("TP" in line for line in caught.value.problems[:1])
+
+
+def test_a_plan_across_nodes_states_how_long_a_lost_node_or_head_takes_to_end_the_run(tmp_path: Path) -> None:
+    """The bounds docs/deploy.md documents and the two-node e2e measures: Ray's health checks (65 s at most) + one
+    read of the node table (5 s) + the trainer's grace (30 s); the worker's raylet (15 s) + its `ray start` (30 s)
+    + RAY_WAIT_TIMEOUT. One node: no line."""
+    two = build_plan(smoke(tmp_path, DEVICE="gpu", NNODES=2, NODE_RANK=1, MASTER_ADDR="10.0.0.1",
+                           RAY_AUTH_MODE="disabled", RAY_WAIT_TIMEOUT=120), {})  # fmt: skip
+    assert two.nodes["lost_node_bound_s"] == 100 and two.nodes["lost_head_bound_s"] == 15 + 30 + 120
+    assert json.loads(two.to_json())["nodes"] == two.nodes
+    line = next(line for line in two.to_text().splitlines() if line.startswith("nodes    "))
+    assert line.startswith("nodes    a node lost mid-run ends the head's run within 100 s, a lost head each "
+                           "worker's within 165 s (RAY_WAIT_TIMEOUT=120 s for a restarted head among it)")
+    one = build_plan(smoke(tmp_path, DEVICE="gpu"), {})
+    assert one.nodes == {} and not any(line.startswith("nodes") for line in one.to_text().splitlines())

@@ -155,3 +155,50 @@ def test_the_plan_states_its_warnings_in_text_and_json(tmp_path: Path) -> None:
         f"warning  {line}" for line in plan.warnings
     ]
     assert build_plan(settings_of(CHECKPOINT_DIR=str(tmp_path / "ck")), {}).warnings == []
+
+
+# --- validation left on geo3k; GRPO with a group of one (issue 54) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "warns"),
+    [
+        ({"TRAIN_FILES": "/data/gsm8k/train.parquet"}, True),
+        ({"TRAIN_FILES": "/data/gsm8k/train.parquet", "VAL_FILES": "/data/gsm8k/test.parquet"}, False),
+        ({"TRAIN_FILES": "/data/geo3k/train.parquet"}, False),  # geo3k's own, written out: its test split is right
+        ({}, False),
+        ({"VAL_FILES": "/data/other/test.parquet"}, False),
+    ],
+)
+def test_train_files_moved_with_val_files_left_on_geo3k_is_named(values: dict[str, str], warns: bool) -> None:
+    from recipe.plan_warnings import validation_warning
+
+    line = validation_warning(settings_of(DATA_DIR="/data", **values))
+    assert (line is not None) == warns
+    if warns:
+        assert line == ("TRAIN_FILES='/data/gsm8k/train.parquet' is set, VAL_FILES is not: validation still runs on "
+                        "'/data/geo3k/test.parquet' (geo3k's); set VAL_FILES to the same dataset's test split")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warns"),
+    [
+        (["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"], True),
+        (["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2"], False),  # the edge: two is a group
+        (["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=5"], False),
+        (["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1"], False),  # PPO's critic is its baseline
+        (["algorithm.adv_estimator=grpo"], False),
+    ],
+)
+def test_grpo_with_one_response_per_prompt_is_named(overrides: list[str], warns: bool) -> None:
+    from recipe.plan_warnings import group_warning
+
+    line = group_warning(overrides)
+    assert (line is not None) == warns
+    if warns:
+        assert line is not None and line.startswith("ROLLOUT_N=1 (actor_rollout_ref.rollout.n=1): GRPO's baseline")
+
+
+def test_rollout_n_1_reaches_the_plan_as_a_warning(tmp_path: Path) -> None:
+    plan = build_plan(settings_of(PROFILE="smoke", DEVICE="gpu", ROLLOUT_N=1, CHECKPOINT_DIR=str(tmp_path)), {})
+    assert any(line.startswith("ROLLOUT_N=1 ") for line in plan.warnings), plan.warnings

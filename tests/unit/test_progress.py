@@ -95,23 +95,39 @@ def test_a_thread_prints_while_inside_and_the_last_steps_on_the_way_out(
     assert lines == ["progress: step 1, reward 1.000, 2.0 s/step"]
 
 
-def test_run_prints_progress_when_asked(tmp_path: Path, model: Path) -> None:
-    """The stand-in trainer logs two steps through TensorBoard into the plan's TENSORBOARD_DIR, as verl's adapter does."""
+@pytest.mark.parametrize(("argv", "setting", "prints"), [
+    (["run"], None, True),  # the default: on, though stdout is a pipe (docker compose up, a pod's log)
+    (["run", "--progress"], "off", True),
+    (["run"], "off", False),
+    (["run"], "auto", False),  # auto: only on a terminal, and a pipe is none
+    (["run", "--no-progress"], "on", False),
+])  # fmt: skip
+def test_run_prints_plain_progress_lines_into_a_pipe_unless_turned_off(
+    tmp_path: Path, model: Path, argv: list[str], setting: str | None, prints: bool
+) -> None:
+    """The stand-in trainer logs two steps through TensorBoard into the plan's TENSORBOARD_DIR, as verl's adapter
+    does; `run`'s stdout is a pipe, as under `docker compose up` or in a pod."""
     env = run_environment(tmp_path, model, **layout_of_one(TOTAL_EPOCHS="1")) | {"STAND_IN_MODE": "tensorboard"}
-    done = subprocess.run([sys.executable, "-c", DRIVER, "run", "--progress", "--", "trainer.total_training_steps=2"],
+    if setting is not None:
+        env["PROGRESS"] = setting
+    done = subprocess.run([sys.executable, "-c", DRIVER, *argv, "--", "trainer.total_training_steps=2"],
                           env=env, capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert [line for line in done.stdout.splitlines() if line.startswith("progress:")] == [
+    lines = [line for line in done.stdout.splitlines() if line.startswith("progress:")]
+    assert lines == ([
         "progress: step 1 of 2, reward 0.500, 1.0 s/step, ETA 0m01s",
         "progress: step 2 of 2, reward 0.750, 1.0 s/step",
-    ]
+    ] if prints else [])  # fmt: skip
+    assert "\x1b" not in done.stdout and "\r" not in done.stdout  # plain lines: no terminal control codes
     assert json.loads((tmp_path / "record.json").read_text())["env"]["TENSORBOARD_DIR"].startswith(str(tmp_path))
 
 
-@pytest.mark.parametrize(("asked", "terminal", "prints"), [(None, True, True), (None, False, False),
-                                                           (True, False, True), (False, True, False)])  # fmt: skip
-def test_progress_is_on_for_a_terminal_unless_asked_otherwise(
-    asked: bool | None, terminal: bool, prints: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("setting", "asked", "terminal", "prints"), [
+    ("on", None, False, True), ("on", None, True, True), ("off", None, True, False), ("auto", None, True, True),
+    ("auto", None, False, False), ("off", True, False, True), ("on", False, True, False),
+])  # fmt: skip
+def test_the_flag_wins_over_progress_which_is_on_by_default(
+    setting: str, asked: bool | None, terminal: bool, prints: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import contextlib
 
@@ -121,8 +137,9 @@ def test_progress_is_on_for_a_terminal_unless_asked_otherwise(
     from .envtools import settings_of
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
-    chosen = trainer._progress(build_plan(settings_of(DEVICE="gpu"), environ={}), asked)
+    chosen = trainer._progress(build_plan(settings_of(DEVICE="gpu", PROGRESS=setting), environ={}), asked)
     assert isinstance(chosen, contextlib.nullcontext) is not prints
+    assert settings_of().progress == "on"
 
 
 @pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e300])

@@ -20,12 +20,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from recipe.checkpoint_tracker import TRACKER_NAME
 from recipe.export.evidence import collect_evidence
 from recipe.export.watch import MANIFEST, REPORT_NAME
 from recipe.plan import Plan
-from recipe.run.finish import final_save
+from recipe.run.finish import MAX_RUN_REPORT_BYTES, final_save, finished_report, report_mark
 from recipe.run.trainer import run_command
 
 from .envtools import HANG_GUARD_S, REPO
@@ -37,6 +39,9 @@ FAKE_MAIN_PPO = textwrap.dedent(
     sys.modules["ray._raylet"] = sys  # what `import ray` loads: the driver's native core
     # The teardown crash: after main returned, interpreter exit dies of SIGSEGV.
     atexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))
+
+    class TaskRunnerV1:  # verl's actor class, which recipe.trainer_main places on the head node
+        pass
 
     def main():
         print("argv:", sys.argv[1:], flush=True)
@@ -263,3 +268,74 @@ def test_plan_and_the_finish_check_agree_for_every_resume_mode_and_total(
     assert said["planned_steps_estimated"] in (estimated, None), said
     assert said["finished"] is (mode != "disable" and saved >= total), said
     assert (final_save(plan) is not None) is (mode == "auto" and saved >= total)
+
+
+# --- a worker's question once its head is gone: did the run finish? -----------------------------------------------
+
+FINISHED = {"outcome": "finished", "exit_code": 0, "steps_reported": 2}
+
+
+def _write_report(path: Path, document: object) -> None:
+    path.write_text(json.dumps(document))
+
+
+def test_a_report_written_while_the_worker_was_joined_saying_exit_0_is_a_finished_run(tmp_path: Path) -> None:
+    report = tmp_path / "run-report.json"
+    mark = report_mark(report)
+    assert mark is None and finished_report(report, mark) is None  # nothing written: the head was lost
+    _write_report(report, FINISHED)
+    assert finished_report(report, mark) == "the head's run report (run-report.json) says it finished with exit 0"
+
+
+def test_the_report_seen_at_the_join_is_an_earlier_runs(tmp_path: Path) -> None:
+    """A finished run's report left from before, untouched since the worker joined: this run did not finish."""
+    report = tmp_path / "run-report.json"
+    _write_report(report, FINISHED)
+    mark = report_mark(report)
+    assert finished_report(report, mark) is None
+    _write_report(report, {**FINISHED, "steps_reported": 30})  # the head's new report, another size
+    assert finished_report(report, mark) is not None
+
+
+@given(st.one_of(
+    st.fixed_dictionaries({"outcome": st.sampled_from(["failed (exit 1)", "stopped (SIGTERM)", "Finished", ""]),
+                           "exit_code": st.just(0)}),
+    st.fixed_dictionaries({"outcome": st.just("finished"),
+                           "exit_code": st.one_of(st.just(True), st.just(False), st.just(0.0), st.just("0"),
+                                                  st.none(), st.integers().filter(bool))}),
+    st.just({"outcome": "finished"}), st.just({"exit_code": 0}),
+    st.lists(st.integers(), max_size=3), st.text(max_size=20), st.integers(),
+))
+@example({"outcome": "finished", "exit_code": False})  # 0 == False in Python: a bool is no exit status
+@example({"outcome": "finished", "exit_code": 1})
+def test_anything_but_finished_with_exit_0_is_no_finished_run(tmp_path_factory: pytest.TempPathFactory,
+                                                              document: object) -> None:
+    report = tmp_path_factory.mktemp("report") / "run-report.json"
+    _write_report(report, document)
+    assert finished_report(report, None) is None
+
+
+@pytest.mark.parametrize("plant", ["directory", "fifo", "dangling link", "not json", "too large", "nan"])
+def test_a_report_that_is_no_report_is_no_finished_run(tmp_path: Path, plant: str) -> None:
+    report = tmp_path / "run-report.json"
+    if plant == "directory":
+        report.mkdir()
+    elif plant == "fifo":
+        os.mkfifo(report)  # never blocks the read
+    elif plant == "dangling link":
+        report.symlink_to(tmp_path / "absent")
+    elif plant == "not json":
+        report.write_text('{"outcome": "finished", "exit_code": 0')
+    elif plant == "nan":
+        report.write_text('{"outcome": "finished", "exit_code": NaN}')
+    else:
+        report.write_text(json.dumps(FINISHED) + " " * MAX_RUN_REPORT_BYTES)
+    assert finished_report(report, None) is None
+
+
+def test_a_report_at_its_size_bound_is_read(tmp_path: Path) -> None:
+    report = tmp_path / "run-report.json"
+    text = json.dumps(FINISHED)
+    report.write_text(text + " " * (MAX_RUN_REPORT_BYTES - len(text)))
+    assert report.stat().st_size == MAX_RUN_REPORT_BYTES
+    assert finished_report(report, None) is not None

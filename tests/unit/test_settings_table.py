@@ -68,6 +68,7 @@ CHANGES: dict[str, tuple[object, dict[str, object]]] = {
     "RAY_START_ARGS": ("--node-ip-address=10.0.0.5", {}),
     "ALLOW_DRIFT": ("TP", {}),
     "ALLOW_UPSTREAM_ISSUE": ("vllm-ascend#10014", {}),
+    "PROGRESS": ("off", {}),  # what `run` prints, not what verl runs
     # With every size set, the chip's defaults have nothing left to fill: no key moves.
     "CANN_CHIP": ("910b", {}),
     # The user's own keys, never the recipe's: exactly the key it names moves (OVERRIDES_CHANGES).

@@ -385,7 +385,8 @@ def test_progress_lines_are_printed_when_asked(plans: dict[str, Plan], tmp_path:
     plan = _ours(plans["full"], tmp_path)
     assert run_command(plan, progress=False) == 0
     assert started == []
-    assert run_command(plan, progress=None) == 0  # pytest's stdout is no terminal
+    auto = dataclasses.replace(plan, settings=plan.settings.model_copy(update={"progress": "auto"}))
+    assert run_command(auto, progress=None) == 0  # pytest's stdout is no terminal
     assert started == []
     assert "progress:" not in capsys.readouterr().out
     assert run_command(plan, progress=True) == 0
@@ -497,13 +498,26 @@ def test_a_smoke_run_builds_its_assets_then_prints_and_writes_its_verdict(
     assert trained.name == "model" and trained.parent.name == "smoke-assets"
     data = Path(override_value(plan.overrides, "data.train_files") or "")
     assert data.name == "train.parquet" and data.parent.parent.name == "smoke-assets"
-    assert args == (Path(str(plan.env["VERL_FILE_LOGGER_PATH"])), 3, root, trained, ("counted", data, trained))
+    # Judged from step 1: the run started fresh.
+    assert args == (Path(str(plan.env["VERL_FILE_LOGGER_PATH"])), 3, root, trained, ("counted", data, trained), 1)
     out = capsys.readouterr().out
     assert out.endswith("smoke verdict:\n  PASS  steps  3 of 3  (limit: every step 1..3)\nsmoke: PASS\n")
     written = json.loads((root / "smoke-verdict.json").read_text())
     assert written == {"passed": True, "checks": [{"name": "steps", "passed": True, "measured": "3 of 3",
                                                     "limit": "every step 1..3"}]}  # fmt: skip
     assert (root / "smoke-verdict.json").read_text().endswith("}\n")
+
+
+def test_a_resumed_smoke_run_is_judged_from_the_step_after_its_save(
+    plans: dict[str, Plan], tmp_path: Path, machine: Trainer, monkeypatch: pytest.MonkeyPatch, verdicts: Judge,
+) -> None:  # fmt: skip
+    """A restart that resumed after step 2 (what `plan` found, plan.resume): its verdict judges steps 3.. alone, the
+    ones verl's file logger wrote this time."""
+    plan, _ = _smoke(plans, tmp_path, monkeypatch)
+    resumed = dataclasses.replace(plan, resume={**plan.resume, "action": "resume", "step": 2})
+    assert run_command(resumed, progress=False) == 0
+    [args] = verdicts.asked
+    assert args[1] == 3 and args[-1] == 3
 
 
 def test_a_failed_smoke_verdict_exits_4(plans: dict[str, Plan], tmp_path: Path, machine: Trainer,

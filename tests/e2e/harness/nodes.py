@@ -21,6 +21,7 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,6 +95,7 @@ class Node:
     ip: str
     process: subprocess.Popen[bytes]
     log: Path
+    temp_dir: str
 
     def text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
@@ -119,23 +121,16 @@ class Cluster:
     def address(self) -> str:
         return f"{HEAD_IP}:{self.port}"
 
-    def environment(self, rank: int) -> dict[str, str]:
-        """The environment of NODE_RANK `rank`'s `run`: the machine's (CPU stand-ins) and the user's settings."""
+    def user_settings(self, rank: int, temp_dir: str | None = None) -> dict[str, str]:
+        """What the user of two machines writes into NODE_RANK `rank`'s `.env`: the run's settings and the node's
+        own; `temp_dir`: the node's own folder for Ray's files (start_node's). The Compose test renders exactly
+        these (tests/deploy/test_launch_environment.py)."""
         ip = HEAD_IP if rank == 0 else WORKER_IP
-        # Each node's Ray files in a folder of its own, as on its own machine: a head in the default /tmp/ray would
-        # leave /tmp/ray/ray_current_cluster behind if killed, and every later `ray.init()` on this host would try
-        # to join it (the one-node e2e's trainer among them).
-        temp_dir = tempfile.mkdtemp(prefix=f"e2e-ray{rank}-", dir="/tmp")
-        flags = [f"--node-ip-address={ip}", f"--dashboard-agent-listen-port={free_port(ip)}", f"--temp-dir={temp_dir}"]
+        flags = [f"--node-ip-address={ip}", f"--dashboard-agent-listen-port={free_port(ip)}"]
+        flags += [f"--temp-dir={temp_dir}"] if temp_dir else []
         if rank == 0:
             flags += ["--include-dashboard=false", f"--ray-client-server-port={free_port(ip)}"]
         return {
-            **os.environ,
-            **cpu_environment(),
-            # The machine: one GPU on each node's raylet (Ray's own override), the CPU trainer behind `run`.
-            "RAY_OVERRIDE_RESOURCES": json.dumps({"GPU": 1, "CPU": 16}),
-            "RECIPE_TEST_TRAINER": shlex.join([sys.executable, "-m", "tests.e2e.harness.cpu_trainer"]),
-            # The user's settings of two machines.
             **self.settings,
             "NNODES": "2",
             "NODE_RANK": str(rank),
@@ -147,6 +142,17 @@ class Cluster:
             "RAY_START_ARGS": shlex.join(flags),
         }
 
+    def environment(self, rank: int, temp_dir: str | None = None) -> dict[str, str]:
+        """The environment of NODE_RANK `rank`'s `run`: the machine's (CPU stand-ins) and the user's settings."""
+        return {
+            **os.environ,
+            **cpu_environment(),
+            # The machine: one GPU on each node's raylet (Ray's own override), the CPU trainer behind `run`.
+            "RAY_OVERRIDE_RESOURCES": json.dumps({"GPU": 1, "CPU": 16}),
+            "RECIPE_TEST_TRAINER": shlex.join([sys.executable, "-m", "tests.e2e.harness.cpu_trainer"]),
+            **self.user_settings(rank, temp_dir),
+        }
+
 
 def new_cluster(settings: dict[str, str]) -> Cluster:
     """A free GCS port on the head's address and a fresh token."""
@@ -155,23 +161,44 @@ def new_cluster(settings: dict[str, str]) -> Cluster:
 
 def start_node(cluster: Cluster, rank: int, overrides: list[str], log: Path) -> Node:
     """`entrypoint.py run -- <overrides>` as NODE_RANK `rank`, in a session of its own, logging to `log`."""
+    # Each node's Ray files in a folder of its own, as on its own machine: a head in the default /tmp/ray would
+    # leave /tmp/ray/ray_current_cluster behind if killed, and every later `ray.init()` on this host would try
+    # to join it (the one-node e2e's trainer among them). kill_node removes it.
+    temp_dir = tempfile.mkdtemp(prefix=f"e2e-ray{rank}-", dir="/tmp")
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-c", DRIVER, "run", "--", *overrides],
             # In the run's folder: Hydra writes its outputs/ where the trainer starts (the checkout stays clean).
-            env=cluster.environment(rank), cwd=log.parent, stdout=out, stderr=subprocess.STDOUT,
+            env=cluster.environment(rank, temp_dir), cwd=log.parent, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-    return Node(rank, HEAD_IP if rank == 0 else WORKER_IP, process, log)
+    return Node(rank, HEAD_IP if rank == 0 else WORKER_IP, process, log, temp_dir)
 
 
-def kill_node(node: Node) -> None:
-    """SIGKILL everything of the node at once, as a machine that is lost: its `run`, raylet and workers."""
+def freeze_node(node: Node) -> None:
+    """SIGSTOP everything of the node at once, as a machine cut off or frozen: its sockets stay open, so no peer
+    hears of it (a killed process's sockets are reset, and gloo's peers fail at once); only timeouts tell."""
+    for process in node.processes():
+        try:
+            process.suspend()
+        except psutil.Error:
+            pass
+
+
+def kill_node(node: Node, *, clean: bool = True) -> None:
+    """SIGKILL everything of the node at once, as a machine that is lost: its `run`, raylet and workers; with
+    `clean`, its Ray folder goes too (the machine is gone)."""
     for process in node.processes():
         try:
             process.kill()
         except psutil.Error:
             pass
+    if clean:
+        try:
+            node.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        shutil.rmtree(node.temp_dir, ignore_errors=True)
 
 
 class ActorObserver:
@@ -203,3 +230,61 @@ def wait_until(condition: Any, timeout_s: float, interval_s: float = 1.0) -> boo
             return True
         time.sleep(interval_s)
     return bool(condition())
+
+
+#: A torch.distributed collective in a py-spy stack, or Megatron's wait for an asynchronous one (its gradient
+#: buffers'): where a rank waits for its peers.
+COLLECTIVE_FRAMES = ("torch/distributed/distributed_c10d.py", "megatron/core/distributed/param_and_grad_buffer.py")
+
+
+def inside_collective(dump: str) -> bool:
+    """A py-spy dump of a rank waiting in the actor update for its peers."""
+    return "update_actor" in dump and any(frame in dump for frame in COLLECTIVE_FRAMES)
+
+
+def training_rank(node: Node) -> psutil.Process | None:
+    """The node's Megatron rank: the Ray worker of verl's fused WorkerDict actor (its process title says so)."""
+    for process in node.processes():
+        try:
+            if " ".join(process.cmdline()).startswith("ray::WorkerDict"):
+                return process
+        except psutil.Error:
+            continue
+    return None
+
+
+def _title(process: psutil.Process | None) -> str:
+    try:
+        return " ".join(process.cmdline()) if process else ""
+    except psutil.Error:
+        return ""
+
+
+def _py_spy(pid: int) -> str:
+    """py-spy's dump of every thread of `pid`: its Python frames, innermost first."""
+    py_spy = str(Path(sys.executable).parent / "py-spy")
+    return subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60,
+                          check=False).stdout  # fmt: skip
+
+
+def hold_inside_update(head: Node, worker: Node, timeout_s: float) -> str | None:
+    """Catch both Megatron ranks inside the actor update's collectives: once the worker's rank runs the update
+    (Ray's process title names the task running), it is stopped where it is (SIGSTOP), so the head's rank waits
+    for it in the update's next collective; that wait, shown by py-spy's dump of the head's rank, is returned
+    (None: the update never came, or the head's rank never waited in a collective). The worker is then the
+    caller's to kill: a machine lost while its peer waits on it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and head.process.poll() is None:
+        rank = training_rank(worker)
+        if "update_actor" in _title(rank):
+            assert rank is not None
+            rank.suspend()
+            waiting = training_rank(head)
+            for _ in range(30):
+                dump = _py_spy(waiting.pid) if waiting else ""
+                if inside_collective(dump):
+                    return dump
+                time.sleep(1.0)
+            return None
+        time.sleep(0.1)
+    return None

@@ -194,7 +194,7 @@ def test_wait_gives_up_after_its_timeout() -> None:
 
 
 # `ray` here is a script that prints what it was asked and one variable of its environment.
-_FAKE_RAY = 'echo "$*"; echo "NODE_ENV=${NODE_ENV:-}"\n'
+_FAKE_RAY = 'echo "$*"; echo "NODE_ENV=${NODE_ENV:-}"; echo "GCS_WAIT=${RAY_gcs_rpc_server_reconnect_timeout_s:-}"\n'
 
 
 @pytest.fixture
@@ -213,7 +213,8 @@ def test_start_head_runs_ray_start_head_rank_0(fake_ray: Path, tmp_path: Path,
     assert node.wait() == 0
     node.stop()
     flags = "start --block --disable-usage-stats --labels=grpo-recipe/node-rank=0 --head --port=6380 --num-cpus=4"
-    assert log.read_text() == f"{flags}\nNODE_ENV=head\n"
+    # The head's GCS is this node's own: no wait for it to change.
+    assert log.read_text() == f"{flags}\nNODE_ENV=head\nGCS_WAIT=\n"
     assert caplog.messages == [f"Starting the Ray head: {fake_ray} {flags}"]
 
 
@@ -227,5 +228,15 @@ def test_start_worker_joins_the_head_with_its_rank(fake_ray: Path, tmp_path: Pat
     node.stop()
     flags = ("start --block --disable-usage-stats --labels=grpo-recipe/node-rank=2 --address=10.0.0.1:6380 "
              "--num-gpus=8")
-    assert log.read_text() == f"{flags}\nNODE_ENV=worker\n"
+    # A lost head's GCS never comes back (no GCS fault tolerance): the raylet gives up after 15 s, not Ray's 60.
+    assert log.read_text() == f"{flags}\nNODE_ENV=worker\nGCS_WAIT=15\n"
     assert caplog.messages == [f"Joining the Ray head at 10.0.0.1:6380: {fake_ray} {flags}"]
+
+
+def test_a_workers_own_gcs_wait_wins(fake_ray: Path, tmp_path: Path) -> None:
+    log = tmp_path / "worker.log"
+    node = ray_node.start_worker("10.0.0.1:6380", 1, env={"RAY_gcs_rpc_server_reconnect_timeout_s": "600"},
+                                 log_path=str(log))
+    assert node.wait() == 0
+    node.stop()
+    assert log.read_text().endswith("GCS_WAIT=600\n")

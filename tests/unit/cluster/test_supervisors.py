@@ -379,6 +379,37 @@ def test_a_worker_joins_and_leaves_quietly_when_the_head_is_gone(worker_world: W
     ]
 
 
+def test_a_worker_says_how_the_run_ended_once_the_head_is_gone(worker_world: WorkerWorld,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """The head's evidence of a finished run is asked for after the grace, and named in the last line."""
+    worker_world.uptimes = [3600]
+    worker_world.head_up = lambda now: now < 3600
+    asked: list[float] = []
+
+    def run_ended() -> str:
+        asked.append(worker_world.now)
+        return "its report says exit 0"
+
+    with caplog.at_level(logging.INFO, logger=supervisors.__name__):
+        assert supervisors.run_worker(WORKER, join_timeout_s=60, rejoin_grace_s=10, env={}, run_ended=run_ended) == 0
+    assert asked == [3610]
+    assert caplog.messages[-1] == f"The Ray head at {ADDRESS} has been gone for 10s: the run is over (its report says exit 0)"
+
+
+def test_a_head_lost_before_the_run_finished_ends_the_worker_with_a_cluster_error(worker_world: WorkerWorld) -> None:
+    """No evidence of a finished run: exit 3 (ClusterError), one line naming the head and the way back, so that the
+    restart policy brings this node back to wait for a restarted head."""
+    worker_world.uptimes = [120]
+    worker_world.head_up = lambda now: now < 120
+    with pytest.raises(rules.ClusterError) as raised:
+        supervisors.run_worker(WORKER, join_timeout_s=60, rejoin_grace_s=10, env={}, run_ended=lambda: None)
+    assert raised.value.problems == [
+        f"NODE_RANK=2: the Ray head at {ADDRESS} left before the run finished and has been gone for 10s (killed, "
+        "preempted or cut off). Restart every node (the restart policy does): the run resumes from its last save"
+    ]
+    assert worker_world.now == 130 and worker_world.stops == 1
+
+
 def test_a_worker_rejoins_a_head_that_comes_back(worker_world: WorkerWorld,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     """The head crashed and its restart policy brought it back within the grace: the worker joins again."""

@@ -145,6 +145,20 @@ def test_steps_outside_1_to_steps_are_not_judged() -> None:
     assert checks == judge_metrics(GOOD, 2)
 
 
+def test_a_resumed_run_is_judged_on_the_steps_it_trained() -> None:
+    """A restart resumed after step 1: verl's file logger started its file anew, so it holds step 2 alone; that is
+    the whole of what this run trained, and a bad step 1 left from before is not judged."""
+    bad = {ADVANTAGE_MAX: 0.0, ADVANTAGE_MIN: 0.0, GRAD_NORM: 0.0, PROBS_DIFF_MAX: 1.0}
+    resumed = judge_metrics({2: GOOD[2]}, 2, first=2)
+    assert resumed[0] == Check("steps", True, "1 of 1 logged (resumed after step 1)", "every step 2..2")
+    assert all(check.passed for check in resumed)
+    assert judge_metrics({1: bad, 2: GOOD[2]}, 2, first=2) == resumed
+    # Judged from step 1, the same file misses step 1.
+    assert judge_metrics({2: GOOD[2]}, 2)[0] == Check("steps", False, "1 of 2 logged", "every step 1..2")
+    # A resumed run that logged nothing fails.
+    assert not judge_metrics({1: GOOD[1]}, 2, first=2)[0].passed
+
+
 finite_positive = st.floats(min_value=1e-6, max_value=1e6)
 
 

@@ -145,9 +145,25 @@ def resolve_layout(
     if problems and device == "npu" and settings.profile != "smoke":
         hint = _other_chip_hint(settings, model, chip)
         problems += [hint] if hint else []
+    if problems and settings.profile == "smoke":
+        hint = _smoke_layout_hint(settings)
+        problems += [hint] if hint else []
     if problems:
         raise RecipeConfigError(problems)
     return layout
+
+
+def _smoke_layout_hint(settings: Settings) -> str | None:
+    """PROFILE=smoke with a layout of the user's (a full run's .env): name the collision and its two ways out."""
+    from recipe.smoke import SMOKE_LAYOUT  # lazy: the smoke profile's modules, only with PROFILE=smoke
+
+    mine = [name for name in SMOKE_LAYOUT if name in settings.user_set()]
+    if not mine:
+        return None
+    own = " ".join(f"{name}={value}" for name, value in SMOKE_LAYOUT.items())
+    set_here = " ".join(f"{name}={getattr(settings, name.lower())}" for name in mine)
+    return (f"PROFILE=smoke: trains its own tiny model on its own layout ({own}), and {set_here} (set here, e.g. "
+            "in .env for the full run) replace it; unset them for the smoke run, or set PROFILE=full")
 
 
 def layout_problems(

@@ -144,9 +144,13 @@ class MemoryEstimate:
         for phase in self.phases:
             if phase.capacity is not None and phase.fixed_total <= phase.capacity < phase.total / (1 - WARN_MARGIN):
                 where = "over it" if phase.total > phase.capacity else f"within {WARN_MARGIN:.0%} of it"
+                # The setting that fixes it: what shrinks the largest of the terms that grow with the batch.
+                largest = max((term for term in phase.terms if not term.fixed), key=lambda term: term.bytes, default=None)
+                fix = (f"; the largest, {largest.name} ({largest.bytes / GIB:.1f} GiB), shrinks with {largest.shrink}"
+                       if largest is not None else "")  # fmt: skip
                 lines.append(
                     f"memory: the {phase.name} is estimated at {phase.total / GIB:.1f} of {phase.capacity / GIB:.1f} GiB "
-                    f"per device, {where}, by terms that grow with the batch (not counted: fragmentation, runtime "
+                    f"per device, {where}, by terms that grow with the batch{fix} (not counted: fragmentation, runtime "
                     "buffers; docs/memory.md)"
                 )
         return lines

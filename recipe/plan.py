@@ -252,7 +252,9 @@ def build_plan(
         memory_skipped,
         _data_note(settings, overrides),
         resume,
-        plan_warnings(settings, environ, model, overrides),
+        # The smoke profile runs on one device by design: the others' idling is no slip.
+        plan_warnings(settings, environ, model, overrides,
+                      (device.name, device.visible_devices if settings.profile != "smoke" else 0, layout.ndevices_per_node)),
         failure_bounds(settings.nnodes, settings.ray_wait_timeout),
     )
 

@@ -9,7 +9,8 @@ Each is a mistake that costs a model load or a wasted run when found at run time
 - data prepared where TRAIN_FILES does not point: `prepare-data gsm8k` writes DATA_DIR/gsm8k while
   TRAIN_FILES keeps its geo3k default, so the run would find no file, or the wrong one;
 - TRAIN_FILES moved to another dataset with VAL_FILES left on geo3k's default: validation scores another task;
-- one response per prompt (ROLLOUT_N=1) under GRPO: a group of one has no baseline.
+- one response per prompt (ROLLOUT_N=1) under GRPO: a group of one has no baseline;
+- fewer devices per node in the layout than the node shows (NDEVICES_PER_NODE=8 on a 16-NPU Atlas A3).
 """
 
 from __future__ import annotations
@@ -116,8 +117,20 @@ def validation_warning(settings: Settings) -> str | None:
     )
 
 
-def plan_warnings(settings: Settings, environ: Mapping[str, str], model: ModelSource, overrides: Sequence[str]) -> list[str]:
-    """Every warning above that applies, in the order the plan's lines come."""
-    found = [model_type_warning(model), data_warning(settings, overrides), validation_warning(settings),
-             group_warning(overrides), wandb_warning(settings, overrides, environ)]  # fmt: skip
+def unused_devices_warning(device: str, visible: int, per_node: int) -> str | None:
+    """More devices visible on this node than the layout uses (None otherwise, and where none are visible)."""
+    if visible <= per_node:
+        return None
+    kind = "NPUs" if device == "npu" else "GPUs"
+    return (f"NDEVICES_PER_NODE={per_node}: {visible} {kind} are visible on this node, {visible - per_node} of them stay "
+            f"unused; set NDEVICES_PER_NODE={visible} to train on all of them (the layout's rules then hold for "
+            f"{visible})")  # fmt: skip
+
+
+def plan_warnings(settings: Settings, environ: Mapping[str, str], model: ModelSource, overrides: Sequence[str],
+                  devices: tuple[str, int, int] = ("gpu", 0, 0)) -> list[str]:  # fmt: skip
+    """Every warning above that applies, in the order the plan's lines come. `devices`: the target, the devices
+    visible on this node and the layout's per node."""
+    found = [model_type_warning(model), unused_devices_warning(*devices), data_warning(settings, overrides),
+             validation_warning(settings), group_warning(overrides), wandb_warning(settings, overrides, environ)]  # fmt: skip
     return [line for line in found if line is not None]

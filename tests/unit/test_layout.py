@@ -262,6 +262,22 @@ def test_the_smoke_profile_runs_everything_on_one_device(device: str) -> None:
     }
 
 
+@pytest.mark.parametrize("device", ["gpu", "npu"])
+def test_a_full_runs_layout_under_the_smoke_profile_is_named_with_both_ways_out(device: str) -> None:
+    """Issue 54: PROFILE=smoke with the full run's TP and EP still in .env: besides the rules broken, one line names
+    the profile, the sizes set and the fix; a smoke run with a layout that happens to fit gets no such line."""
+    with pytest.raises(RecipeConfigError) as caught:
+        resolve_layout(settings_of(PROFILE="smoke", TP=4, EP=8), device, QWEN3_5_35B_A3B)  # type: ignore[arg-type]
+    assert caught.value.problems[-1] == (
+        "PROFILE=smoke: trains its own tiny model on its own layout (TP=1 PP=1 CP=1 EP=1 ETP=1 GEN_TP=1 "
+        "NDEVICES_PER_NODE=1), and TP=4 EP=8 (set here, e.g. in .env for the full run) replace it; unset them for "
+        "the smoke run, or set PROFILE=full"
+    )
+    with pytest.raises(RecipeConfigError) as full:
+        resolve_layout(settings_of(TP=3), device, QWEN3_5_35B_A3B)  # type: ignore[arg-type]
+    assert not any("PROFILE=smoke" in line for line in full.value.problems)
+
+
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_tp_that_divides_or_is_a_multiple_of_the_kv_heads_is_accepted(tp: int) -> None:
     # Qwen3.5-35B-A3B has 2 KV heads: TP 1 divides them, 4 and 8 are multiples (Megatron replicates).

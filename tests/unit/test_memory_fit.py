@@ -176,6 +176,7 @@ def test_an_estimate_near_or_over_the_device_by_batch_terms_warns_and_the_plan_s
     plan = _plan(DEVICE_MEMORY_GIB=gib)
     (warning,) = plan.memory.warnings()
     assert "actor phase" in warning and f"33.7 of {gib}.0 GiB per device, {where}" in warning
+    assert "; the largest, " in warning and "shrinks with " in warning  # the setting to change, named
     assert f"warning  {warning}" in plan.to_text()
 
 

@@ -36,8 +36,18 @@ def test_fixed_terms_that_fill_the_device_exactly_are_not_refused_but_warned() -
     (warning,) = found.warnings()
     assert warning == (
         "memory: the actor phase (training) is estimated at 11.0 of 10.0 GiB per device, over it, by terms that grow "
-        "with the batch (not counted: fragmentation, runtime buffers; docs/memory.md)"
+        "with the batch; the largest, batch (1.0 GiB), shrinks with B (not counted: fragmentation, runtime buffers; "
+        "docs/memory.md)"
     )
+
+
+def test_the_warning_names_what_shrinks_the_largest_batch_term() -> None:
+    """Issue 54: a memory warning names the setting that fixes it; the largest term that grows with the batch, not
+    the first, and never a fixed one."""
+    found = _estimate(Term("weights", 9 * GIB, True, "W"), Term("small", GIB / 4, False, "S"),
+                      Term("large", GIB, False, "L"))  # fmt: skip
+    (warning,) = found.warnings()
+    assert "the largest, large (1.0 GiB), shrinks with L" in warning and "W" not in warning.split("(not")[0]
 
 
 def test_an_estimate_that_is_exactly_the_device_is_within_the_margin_not_over_it() -> None:

@@ -202,3 +202,32 @@ def test_grpo_with_one_response_per_prompt_is_named(overrides: list[str], warns:
 def test_rollout_n_1_reaches_the_plan_as_a_warning(tmp_path: Path) -> None:
     plan = build_plan(settings_of(PROFILE="smoke", DEVICE="gpu", ROLLOUT_N=1, CHECKPOINT_DIR=str(tmp_path)), {})
     assert any(line.startswith("ROLLOUT_N=1 ") for line in plan.warnings), plan.warnings
+
+
+@pytest.mark.parametrize(("device", "visible", "per_node", "line"), [
+    ("npu", 16, 8, "NDEVICES_PER_NODE=8: 16 NPUs are visible on this node, 8 of them stay unused; set "
+                   "NDEVICES_PER_NODE=16 to train on all of them (the layout's rules then hold for 16)"),
+    ("gpu", 8, 4, "NDEVICES_PER_NODE=4: 8 GPUs are visible on this node, 4 of them stay unused; set "
+                  "NDEVICES_PER_NODE=8 to train on all of them (the layout's rules then hold for 8)"),
+    ("npu", 16, 16, None),  # the edge: all used
+    ("gpu", 0, 8, None),  # `plan` where no device is visible (a laptop, CI): nothing to say
+])  # fmt: skip
+def test_devices_left_unused_on_the_node_are_named(device: str, visible: int, per_node: int, line: str | None) -> None:
+    from recipe.plan_warnings import unused_devices_warning
+
+    assert unused_devices_warning(device, visible, per_node) == line
+
+
+def test_the_plan_warns_of_unused_devices_from_what_it_detected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from recipe import plan as plan_module
+
+    detect = plan_module.detect_device
+    monkeypatch.setattr(plan_module, "detect_device",
+                        lambda *a, **k: dataclasses.replace(detect(*a, **k), visible_devices=16))  # fmt: skip
+    plan = build_plan(settings_of(DEVICE="gpu", NDEVICES_PER_NODE=8, CHECKPOINT_DIR=str(tmp_path)), {})
+    assert any(line.startswith("NDEVICES_PER_NODE=8: 16 GPUs are visible") for line in plan.warnings), plan.warnings
+    # The smoke profile runs on one device by design: no warning there.
+    smoke = build_plan(settings_of(PROFILE="smoke", DEVICE="gpu", CHECKPOINT_DIR=str(tmp_path)), {})
+    assert not any(line.startswith("NDEVICES_PER_NODE=") for line in smoke.warnings), smoke.warnings

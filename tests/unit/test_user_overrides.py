@@ -253,7 +253,8 @@ def test_an_override_is_read_the_way_hydra_reads_it(text: str, key: str, package
     ("text", "problem"),
     [
         ("nonsense", "override 'nonsense': must look like key=value (Hydra override syntax)"),
-        ("a=1 b=2", "override 'a=1 b=2': Hydra cannot parse it (mismatched input '=' expecting <EOF>)"),
+        ("a=1 b=2", "override 'a=1 b=2': holds two overrides in one argument; give each its own, 'a=1' 'b=2' "
+                    "(quote each alone, not both together)"),
         ("a='x", "override \"a='x\": Hydra cannot parse it (token recognition error at: ''x')"),
         # Hydra's message runs over several lines: only its first is kept (one problem, one line).
         ("a=foo(1)", "override 'a=foo(1)': Hydra cannot parse it (HydraException while evaluating 'foo(1)': Unknown function 'foo')"),

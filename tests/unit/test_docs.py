@@ -46,3 +46,17 @@ def test_troubleshooting_settles_every_reported_failure_in_one_of_three_ways() -
     assert rows and all(re.search(r"\*\*(Prevented|Detected|Documented)\*\*", row) for row in rows), rows
     assert [f for f in _UPSTREAM_FAILURES if not any(f in row for row in rows)] == []
     assert "(docs/troubleshooting.md)" in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_progress_line_is_described_in_one_set_of_words() -> None:
+    """Issue 54: `run --help`, the README (twice) and docs/deploy.md describe the progress line's fields with the
+    same words, recipe.run.progress.PROGRESS_LINE; the help builds its text from it."""
+    from recipe.cli import _parser
+    from recipe.run.progress import PROGRESS_LINE
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    deploy = (REPO / "docs" / "deploy.md").read_text(encoding="utf-8")
+    assert readme.count(f"({PROGRESS_LINE})") == 2 and deploy.count(f"({PROGRESS_LINE})") == 1
+    run = next(action for action in _parser()._subparsers._group_actions[0].choices.values()  # type: ignore[union-attr]
+               if action.prog.endswith(" run"))  # fmt: skip
+    assert PROGRESS_LINE in " ".join(run.format_help().split())

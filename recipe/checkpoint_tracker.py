@@ -49,8 +49,10 @@ def tracked_step_dir(root: Path) -> tuple[Path, int] | None:
     try:
         iteration = int(data.decode())
     except (UnicodeDecodeError, ValueError):
+        # Said as text (a byte string's b'' reads as noise); an empty tracker, as the empty file it is.
+        shown = repr(data[:40].decode("utf-8", errors="replace")) if data.strip() else "nothing but blanks" if data else "nothing"
         raise ResumeCheckError(
-            f"{tracker} holds {data[:40]!r}, which verl reads with int(f.read().decode()) and would fail on"
+            f"{tracker} holds {shown}, no step number: verl reads it with int(f.read().decode()) and would fail on it"
         ) from None
     step_dir = os.path.join(root, f"global_step_{iteration}")
     if not os.path.exists(step_dir):

@@ -206,7 +206,7 @@ def test_a_tracker_naming_a_missing_step_is_said_and_an_unreadable_one_refused(t
     plan = build_plan(_full(tmp_path, model), {})
     assert plan.resume["action"] == "fresh" and "names a step that is not saved, and nothing is" in plan.resume["text"]
     (_root(tmp_path) / TRACKER_NAME).write_text("nine")
-    with pytest.raises(RecipeConfigError, match="cannot tell which checkpoint verl would resume from: .* holds b'nine'"):
+    with pytest.raises(RecipeConfigError, match="cannot tell which checkpoint verl would resume from: .* holds 'nine'"):
         build_plan(_full(tmp_path, model), {})
 
 

@@ -85,19 +85,23 @@ def test_a_tracker_naming_a_missing_step_is_a_fresh_start_like_verl(tmp_path: Pa
 
 @pytest.mark.parametrize(
     ("text", "shown"),
-    [(b"", "b''"), (b"forty", "b'forty'"), (b"\xff", "b'\\xff'"), (b"4.0", "b'4.0'"), (b"4 0", "b'4 0'")],
+    [(b"", "nothing"), (b" \n", "nothing but blanks"), (b"forty", "'forty'"), (b"\xff", "'\ufffd'"),
+     (b"4.0", "'4.0'"), (b"4 0", "'4 0'"), (b"4\x1b[2J", "'4\\x1b[2J'")],
 )  # fmt: skip
-def test_a_tracker_verl_cannot_read_is_refused_naming_its_bytes(tmp_path: Path, text: bytes, shown: str) -> None:
+def test_a_tracker_verl_cannot_read_is_refused_naming_what_it_holds(tmp_path: Path, text: bytes, shown: str) -> None:
+    """As text, a control character escaped, never as a byte string's b'...' (issue 54: the resume line reads well)."""
     root = _root(tmp_path, text, 4, 40)
     tracker = root / TRACKER_NAME
-    assert _refusal(root) == f"{tracker} holds {shown}, which verl reads with int(f.read().decode()) and would fail on"
+    assert _refusal(root) == (f"{tracker} holds {shown}, no step number: verl reads it with int(f.read().decode()) "
+                              "and would fail on it")
 
 
 def test_a_long_unreadable_tracker_is_shown_by_its_first_40_bytes(tmp_path: Path) -> None:
     """The line stays one short line however much the tracker holds."""
     root = _root(tmp_path, b"0123456789" * 4 + b"x" * 100)
-    shown = repr(b"0123456789" * 4)
-    assert _refusal(root) == f"{root / TRACKER_NAME} holds {shown}, which verl reads with int(f.read().decode()) and would fail on"
+    shown = repr("0123456789" * 4)
+    assert _refusal(root) == (f"{root / TRACKER_NAME} holds {shown}, no step number: verl reads it with "
+                              "int(f.read().decode()) and would fail on it")
 
 
 @pytest.mark.parametrize(

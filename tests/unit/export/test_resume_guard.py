@@ -196,8 +196,8 @@ def test_auto_with_a_tracker_it_cannot_read_is_refused_naming_it(tmp_path: Path,
     (root / "latest_checkpointed_iteration.txt").write_text("forty")
     assert resume_problem(plan) == (
         f"CHECKPOINT_DIR={str(tmp_path)!r}: cannot tell which checkpoint verl would resume from: "
-        f"{root / 'latest_checkpointed_iteration.txt'} holds b'forty', which verl reads with int(f.read().decode()) "
-        f"and would fail on; {WAY_OUT}"
+        f"{root / 'latest_checkpointed_iteration.txt'} holds 'forty', no step number: verl reads it with int(f.read().decode()) "
+        f"and would fail on it; {WAY_OUT}"
     )
 
 

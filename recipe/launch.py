@@ -114,8 +114,10 @@ def build_overrides(
     device: Device,
     layout: ParallelLayout,
     runtime_env: Mapping[str, str | None],
+    tracker_project: str | None = None,
 ) -> list[Override]:
-    """The recipe's Hydra overrides for `python -m verl.trainer.main_ppo`, in upstream's order."""
+    """The recipe's Hydra overrides for `python -m verl.trainer.main_ppo`, in upstream's order. `tracker_project`:
+    WANDB_PROJECT when set (recipe.tracking), which names the trackers' project instead of PROJECT_NAME."""
     dynamic = DYNAMIC_BATCHING[device]
     npu = device == "npu"
     o: list[Override] = []
@@ -222,7 +224,8 @@ def build_overrides(
         loggers.append("file")  # one JSON line of metrics per step, at METRICS_VARIABLE: the smoke verdict reads it
     _add(o, "trainer.critic_warmup", 0)
     _add(o, "trainer.logger", loggers)
-    _add(o, "trainer.project_name", settings.project_name, setting="PROJECT_NAME")
+    # The trackers' project only: the checkpoint and TensorBoard folders are PROJECT_NAME's, set explicitly.
+    _add(o, "trainer.project_name", tracker_project or settings.project_name, setting="PROJECT_NAME")
     _add(o, "trainer.experiment_name", settings.experiment_name, setting="EXPERIMENT_NAME")
     _add(o, "trainer.device", "npu" if npu else "cuda", setting="DEVICE")
     _add(o, "trainer.n_gpus_per_node", layout.ndevices_per_node, setting="NDEVICES_PER_NODE")

@@ -43,6 +43,7 @@ from recipe.run_length import RESUME_WAYS_OUT, resume_point
 from recipe.provenance import build_record, drift_problems
 from recipe.record_file import RECORD_NAME, REWARD_FUNCTION_KEY, UnreadableRecord, read_record
 from recipe.settings import Settings
+from recipe.tracking import tracker_project, wandb_names
 from recipe.user_overrides import (
     check_user_overrides,
     decided_keys,
@@ -84,6 +85,8 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     #: Across several nodes: how long a lost node or head takes to end the run (recipe.cluster.rules.failure_bounds).
     nodes: dict[str, Any] = field(default_factory=dict)
+    #: With wandb among the loggers: the project, entity and run name verl's wandb.init will use (recipe.tracking).
+    wandb: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready document (secrets redacted)."""
@@ -105,6 +108,7 @@ class Plan:
             "resume": self.resume,
             "warnings": self.warnings,
             "nodes": self.nodes,
+            "wandb": self.wandb,
         }
 
     def to_json(self) -> str:
@@ -138,6 +142,8 @@ class Plan:
             lines.append(f"resume   {self.resume['text']}")
         if self.nodes:
             lines.append(f"nodes    {self.nodes['text']}")
+        if self.wandb:
+            lines.append(f"wandb    {self.wandb['text']}")
         for line in self.drift_accepted:
             lines.append(f"drift    {line}")
         python, flag, module, *overrides = self.argv
@@ -202,7 +208,7 @@ def build_plan(
     env = _collect(problems, lambda: runtime_environment(settings, device.name, allocator, environ)) if allocator else None
     if problems or model is None or layout is None or allocator is None or env is None:
         raise RecipeConfigError(problems)
-    recipe_overrides = build_overrides(settings, device.name, layout, env)
+    recipe_overrides = build_overrides(settings, device.name, layout, env, tracker_project(environ))
     if settings.profile != "full":
         # The profile's own overrides are the recipe's: each replaces the recipe's value for its key
         # (or is added), and is never judged like one given after `--`.
@@ -256,6 +262,7 @@ def build_plan(
         plan_warnings(settings, environ, model, overrides,
                       (device.name, device.visible_devices if settings.profile != "smoke" else 0, layout.ndevices_per_node)),
         failure_bounds(settings.nnodes, settings.ray_wait_timeout),
+        wandb_names(overrides, environ),
     )
 
 

@@ -31,7 +31,7 @@ WANDB_KEYLESS_MODES = frozenset({"offline", "disabled", "dryrun"})
 PREPARED_TRAIN_FILE = "train.parquet"
 
 
-def _loggers(value: str) -> list[str]:
+def logger_names(value: str) -> list[str]:
     """`trainer.logger`'s value as Hydra parses it: a list of names, or the one name."""
     parser = hydra_override_parser()
     parsed: Any = value
@@ -49,7 +49,7 @@ def wandb_warning(settings: Settings, overrides: Sequence[str], environ: Mapping
         return None
     value = override_value(overrides, "trainer.logger")
     # Hydra parses the list only where wandb may be in it: `plan` imports no Hydra for the recipe's own loggers.
-    if value is None or "wandb" not in value or "wandb" not in _loggers(value):
+    if value is None or "wandb" not in value or "wandb" not in logger_names(value):
         return None
     return (
         "trainer.logger names wandb but WANDB_API_KEY is not set: wandb.init fails when the trainer starts; "

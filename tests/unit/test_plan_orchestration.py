@@ -378,7 +378,7 @@ def test_plan_json_is_the_whole_plan_in_one_document(tmp_path: Path) -> None:
     document = json.loads(plan.to_json())
     assert list(document) == [
         "recipe_version", "device", "settings", "model", "layout", "allocator", "env", "overrides", "argv",
-        "provenance", "drift_accepted", "chip", "memory", "data", "resume", "warnings", "nodes",
+        "provenance", "drift_accepted", "chip", "memory", "data", "resume", "warnings", "nodes", "wandb",
     ]  # fmt: skip
     assert document["recipe_version"] == __version__
     assert document["device"] == plan.device.to_dict() and document["model"] == plan.model.to_dict()

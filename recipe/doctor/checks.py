@@ -225,10 +225,13 @@ def build_plan(
     environ: Mapping[str, str],
     timeout_s: float | None,
     assumed_memory: tuple[float, str] | None = None,
+    devices_required: bool = True,
 ) -> Plan:
     """Every check for this device and machine; probes split over the usable cores.
 
     `assumed_memory` is the device memory plan's estimate assumes (GiB, where the figure comes from).
+    `devices_required`: no visible device fails the node (doctor's default); False (`--no-devices`, a machine
+    without accelerators by design: CI, a build host) makes it a warning.
     """
     plan = Plan()
     limit = {k: timeout_s or v for k, v in DEFAULT_TIMEOUTS_S.items()}
@@ -312,7 +315,11 @@ def build_plan(
             f"no {device} device visible ({detection.reason}): "
             "device, memory, matmul, expandable-segments and collective checks not run"
         )
-        plan.local.append(("devices", "device", lambda: ("warn", reason)))
+        # A node that lost its device mounts must not pass the check meant to catch it.
+        status = "fail" if devices_required else "warn"
+        reason += ("; on a machine without accelerators by design (CI, a build host): doctor --no-devices"
+                   if devices_required else " (--no-devices)")  # fmt: skip
+        plan.local.append(("devices", "device", lambda: (status, reason)))
     return plan
 
 

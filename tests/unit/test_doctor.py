@@ -78,7 +78,8 @@ def test_exit_0_when_every_selected_check_passes(tmp_path: Path) -> None:
 
 
 def test_json_document_schema(tmp_path: Path) -> None:
-    done = doctor(tmp_path, "--json", "--only", "import:p*", "--only", "user", "--only", "labels", "--only", "devices", in_image=False)
+    done = doctor(tmp_path, "--json", "--only", "import:p*", "--only", "user", "--only", "labels", "--only", "devices",
+                  "--no-devices", in_image=False)  # fmt: skip
     document = report(done)  # stdout is exactly one JSON document
     assert document["schema_version"] == SCHEMA_VERSION and document["command"] == "doctor"
     assert set(document) == {"schema_version", "command", "status", "exit_code", "seconds", "environment", "notes",
@@ -103,9 +104,19 @@ def test_json_document_schema(tmp_path: Path) -> None:
         sum(c["status"] == s for c in document["checks"]) for s in ("ok", "warn", "fail")
     ]
     assert summary["failed"] == [c["name"] for c in document["checks"] if c["status"] == "fail"]
-    # No device here: the device checks are one warning that says why, not a failure.
+    # No device here, and --no-devices: the device checks are one warning that says why, not a failure.
     devices = by_name(document)["devices"]
     assert devices["status"] == "warn" and "no gpu device visible" in devices["reason"]
+
+
+def test_a_node_whose_devices_are_not_visible_fails(tmp_path: Path) -> None:
+    """Issue 54: DEVICE=npu on a node that lost its device mounts (here: none at all) fails, exit 1, naming the flag
+    for a machine without accelerators by design."""
+    done = doctor(tmp_path, "--json", "--only", "devices", DEVICE="npu")
+    assert done.returncode == 1, done.stdout + done.stderr
+    devices = by_name(report(done))["devices"]
+    assert devices["status"] == "fail" and devices["reason"].startswith("no npu device visible (")
+    assert devices["reason"].endswith("on a machine without accelerators by design (CI, a build host): doctor --no-devices")
 
 
 def test_text_report_prints_each_checks_time_and_exit_code(tmp_path: Path) -> None:

@@ -591,13 +591,30 @@ def test_hf_home_defaults_to_the_home_cache_and_no_labels_means_not_in_an_image(
 
 
 @pytest.mark.parametrize("device", ["gpu", "npu"])
-def test_without_a_device_one_warning_says_why_and_no_device_probe_runs(
+def test_without_a_device_the_node_fails_saying_why_and_no_device_probe_runs(
     monkeypatch: pytest.MonkeyPatch, machine: dict[str, Any], device: str
 ) -> None:
+    """Issue 54: a node that lost its device mounts fails the check meant to catch it; the line names the flag for a
+    machine that has none by design."""
     plan = plan_of(monkeypatch, device)
     name, category, check = plan.local[-1]
     assert (name, category, check()) == ("devices", "device", (
-        "warn", f"no {device} device visible (why not): device, memory, matmul, expandable-segments and collective checks not run"
+        "fail", f"no {device} device visible (why not): device, memory, matmul, expandable-segments and collective "
+        "checks not run; on a machine without accelerators by design (CI, a build host): doctor --no-devices"
+    ))  # fmt: skip
+    assert "driver" not in plan.names()
+    assert [p.name for p in plan.probes if p.name == "device"] == []
+
+
+@pytest.mark.parametrize("device", ["gpu", "npu"])
+def test_with_no_devices_asked_for_a_missing_device_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch, machine: dict[str, Any], device: str
+) -> None:
+    plan = plan_of(monkeypatch, device, devices_required=False)
+    name, category, check = plan.local[-1]
+    assert (name, category, check()) == ("devices", "device", (
+        "warn", f"no {device} device visible (why not): device, memory, matmul, expandable-segments and collective "
+        "checks not run (--no-devices)"
     ))  # fmt: skip
     assert "driver" not in plan.names()
     assert [p.name for p in plan.probes if p.name == "device"] == []

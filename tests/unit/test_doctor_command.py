@@ -270,8 +270,9 @@ class Doctor:
         self.monkeypatch.setenv("RECIPE_IMAGE_INFO_DIR", str(info))
         return info
 
-    def __call__(self, *only: str, as_json: bool = False, timeout: float | None = None) -> int:
-        return command.run_doctor(argparse.Namespace(json=as_json, only=list(only) or None, timeout=timeout))
+    def __call__(self, *only: str, as_json: bool = False, timeout: float | None = None, no_devices: bool = False) -> int:
+        return command.run_doctor(argparse.Namespace(json=as_json, only=list(only) or None, timeout=timeout,
+                                                     no_devices=no_devices))  # fmt: skip
 
 
 @pytest.fixture
@@ -429,7 +430,7 @@ def test_doctor_plans_with_the_settings_the_labels_and_the_timeout(doctor: Docto
     assert call == {
         "device": "gpu", "detection": doctor.detection, "checkpoint_dir": doctor.tmp_path / "ck", "expandable_segments": False,
         "labels": {"io.grpo-recipe.device": "gpu"}, "info_dir": info, "environ": dict(os.environ), "timeout_s": 7.5,
-        "assumed_memory": (141.0, "DEVICE_MEMORY_GIB"),
+        "assumed_memory": (141.0, "DEVICE_MEMORY_GIB"), "devices_required": True,
     }  # fmt: skip
     assert driver().facts == {"driver_version": "550.54.15"}
     assert doctor.driver_calls == [("gpu", dict(os.environ))]  # asked once, whoever asks
@@ -545,8 +546,9 @@ def test_the_usage_line_and_exit_codes_are_the_documented_ones(capsys: pytest.Ca
     with pytest.raises(SystemExit):
         parser().parse_args(["doctor", "--help"])
     text = capsys.readouterr().out
-    # README: `entrypoint.py doctor [--json] [--only PATTERN] [--timeout SECONDS]`, exit codes 0, 1 and 2.
-    assert text.splitlines()[0] == "usage: entrypoint.py doctor [-h] [--json] [--only PATTERN] [--timeout SECONDS]"
+    # README: `entrypoint.py doctor [--json] [--only PATTERN] [--no-devices] [--timeout SECONDS]`, exit codes 0, 1, 2.
+    assert text.splitlines()[0] == (
+        "usage: entrypoint.py doctor [-h] [--json] [--only PATTERN] [--no-devices] [--timeout SECONDS]")
     codes = text.split("\nexit codes:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert [line.split()[0] for line in codes] == ["0", "1", "2"]
     examples = [line.strip() for line in text.split("\nexample:\n", 1)[1].splitlines() if line.strip()]

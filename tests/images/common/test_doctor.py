@@ -51,8 +51,9 @@ def run_doctor(image: Image, *args: str, as_root_first: str | None = None) -> Do
 
 @pytest.fixture(scope="module")
 def doctor(image: Image) -> DoctorRun:
-    """The image's `doctor --json`, run once as its default user."""
-    return run_doctor(image)
+    """The image's `doctor --json --no-devices`, run once as its default user: CI's machine has no accelerator by
+    design, which the flag says (a node without its devices fails: test_a_node_without_its_devices_fails)."""
+    return run_doctor(image, "--no-devices")
 
 
 def test_document_is_schema_1_and_its_exit_code_is_the_processs(doctor: DoctorRun) -> None:
@@ -90,6 +91,12 @@ def test_device_is_the_images_own(doctor: DoctorRun, image: Image) -> None:
 def test_without_a_device_the_device_checks_warn_not_fail(doctor: DoctorRun) -> None:
     devices = [c for c in doctor.document["checks"] if c["category"] == "device"]
     assert devices and all(c["status"] == "warn" for c in devices), devices
+
+
+def test_a_node_without_its_devices_fails(image: Image) -> None:
+    """Without --no-devices, the image on a node whose devices are not visible fails its devices check, exit 1."""
+    result = run_doctor(image, "--only", "devices")
+    assert result.returncode == 1 and result.document["summary"]["failed"] == ["devices"], result.document
 
 
 @pytest.mark.framework
@@ -141,7 +148,7 @@ def test_transformer_engine_removed_is_a_failure_not_a_mock(image: Image) -> Non
 def test_stand_in_reports_the_missing_framework_by_name(image: Image) -> None:
     if image.full_framework:
         pytest.skip("checks the stand-in framework; this image's framework is full")
-    result = run_doctor(image)
+    result = run_doctor(image, "--no-devices")
     assert result.returncode == 1
     missing = result.document["summary"]["missing"]
     # The stand-in has no verl, so the names come from what `run` checks (recipe.run.preflight).

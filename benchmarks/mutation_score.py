@@ -128,7 +128,8 @@ MODULES = {
     "env_file/reading": [f"{U}/test_env_file_readers.py"],
     "env_warnings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],
     # Its subprocess tests (a stand-in verl's main run through it) are the only ones: not traced.
-    "trainer_main": [f"{U}/test_run_finish.py"],
+    "trainer_main": [f"{U}/test_run_finish.py", f"{U}/test_trainer_main.py"],
+    "tracking": [f"{U}/test_tracking.py"],
     "bench/data": [f"{U}/test_bench_profile.py"],
     "bench/profile": [f"{U}/test_bench_profile.py"],
     "smoke/arithmetic": [f"{S}/test_arithmetic.py"],

@@ -43,13 +43,18 @@ def logger_names(value: str) -> list[str]:
     return [str(item) for item in parsed] if isinstance(parsed, list) else [str(parsed)]
 
 
+def wandb_logged(overrides: Sequence[str]) -> bool:
+    """Whether wandb is among the planned trainer.logger's loggers."""
+    value = override_value(overrides, "trainer.logger")
+    # Hydra parses the list only where wandb may be in it: `plan` imports no Hydra for the recipe's own loggers.
+    return value is not None and "wandb" in value and "wandb" in logger_names(value)
+
+
 def wandb_warning(settings: Settings, overrides: Sequence[str], environ: Mapping[str, str]) -> str | None:
     """wandb logging asked for with no key to log with (None when there is one, or no wandb)."""
     if settings.wandb_api_key is not None or environ.get("WANDB_MODE", "").strip().lower() in WANDB_KEYLESS_MODES:
         return None
-    value = override_value(overrides, "trainer.logger")
-    # Hydra parses the list only where wandb may be in it: `plan` imports no Hydra for the recipe's own loggers.
-    if value is None or "wandb" not in value or "wandb" not in logger_names(value):
+    if not wandb_logged(overrides):
         return None
     return (
         "trainer.logger names wandb but WANDB_API_KEY is not set: wandb.init fails when the trainer starts; "

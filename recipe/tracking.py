@@ -17,7 +17,7 @@ from recipe.errors import RecipeConfigError
 from recipe.export.report import printable
 from recipe.hydra_text import literal_problem
 from recipe.launch import override_value
-from recipe.plan_warnings import logger_names
+from recipe.plan_warnings import wandb_logged
 
 #: W&B's longest project name.
 MAX_PROJECT_LENGTH = 128
@@ -40,17 +40,17 @@ def tracker_project(environ: Mapping[str, str]) -> str | None:
 def wandb_names(overrides: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
     """The W&B project, entity and run name of the planned trainer, with where each comes from; {} when wandb is
     not among trainer.logger's loggers."""
-    loggers = override_value(overrides, "trainer.logger") or ""
-    if "wandb" not in loggers or "wandb" not in logger_names(loggers):
+    if not wandb_logged(overrides):
         return {}
-    project = override_value(overrides, "trainer.project_name")
+    project, run = override_value(overrides, "trainer.project_name"), override_value(overrides, "trainer.experiment_name")
+    source = "WANDB_PROJECT" if tracker_project(environ) else "PROJECT_NAME"
     entity = environ.get("WANDB_ENTITY", "").strip() or None
     return {
         "project": project,
-        "project_from": "WANDB_PROJECT" if tracker_project(environ) else "PROJECT_NAME",
+        "project_from": source,
         "entity": entity,
-        "run": override_value(overrides, "trainer.experiment_name"),
-        "text": f"project {project} ({'WANDB_PROJECT' if tracker_project(environ) else 'PROJECT_NAME'}), entity "
-                f"{entity + ' (WANDB_ENTITY)' if entity else 'your W&B default (WANDB_ENTITY unset)'}, run "
-                f"{override_value(overrides, 'trainer.experiment_name')} (EXPERIMENT_NAME)",
+        "run": run,
+        "text": f"project {project} ({source}), entity "
+                f"{entity + ' (WANDB_ENTITY)' if entity else 'your W&B default (WANDB_ENTITY unset)'}, run {run} "
+                "(EXPERIMENT_NAME)",
     }  # fmt: skip

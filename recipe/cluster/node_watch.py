@@ -105,7 +105,6 @@ class NodeWatch:
         for pid in trainers:
             _signal(pid, signal.SIGKILL)
 
-
     def settle(self, code: int) -> list[NodeReport]:
         """After the trainer ended with `code`: the nodes lost (a failed trainer waits up to LOSS_SETTLE_S for Ray)."""
         self._done.set()

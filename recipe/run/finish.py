@@ -89,13 +89,16 @@ MAX_RUN_REPORT_BYTES = 16 << 20
 ReportMark = tuple[int, int, int] | None
 
 
+def _mark_of(info: os.stat_result) -> tuple[int, int, int]:
+    return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
 def report_mark(path: Path) -> ReportMark:
     """The report as it is now, to tell a report written later from it without comparing two machines' clocks."""
     try:
-        info = os.stat(path)
+        return _mark_of(os.stat(path))
     except OSError:
         return None
-    return (info.st_ino, info.st_mtime_ns, info.st_size)
 
 
 def finished_report(path: Path, mark: ReportMark) -> str | None:
@@ -107,7 +110,7 @@ def finished_report(path: Path, mark: ReportMark) -> str | None:
     except (OSError, FileRefused):
         return None
     try:
-        if (info.st_ino, info.st_mtime_ns, info.st_size) == mark:
+        if _mark_of(info) == mark:
             return None  # an earlier run's report
         document = parse_json(read_bounded(fd, MAX_RUN_REPORT_BYTES), str(path))
     except (OSError, FileRefused):

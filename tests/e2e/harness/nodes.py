@@ -242,22 +242,17 @@ def inside_collective(dump: str) -> bool:
     return "update_actor" in dump and any(frame in dump for frame in COLLECTIVE_FRAMES)
 
 
-def training_rank(node: Node) -> psutil.Process | None:
-    """The node's Megatron rank: the Ray worker of verl's fused WorkerDict actor (its process title says so)."""
-    for process in node.processes():
-        try:
-            if " ".join(process.cmdline()).startswith("ray::WorkerDict"):
-                return process
-        except psutil.Error:
-            continue
-    return None
-
-
 def _title(process: psutil.Process | None) -> str:
+    """The process title Ray gives its worker (`ray::Class.method` while a task runs), or "" when gone."""
     try:
         return " ".join(process.cmdline()) if process else ""
     except psutil.Error:
         return ""
+
+
+def training_rank(node: Node) -> psutil.Process | None:
+    """The node's Megatron rank: the Ray worker of verl's fused WorkerDict actor (its process title says so)."""
+    return next((process for process in node.processes() if _title(process).startswith("ray::WorkerDict")), None)
 
 
 def _py_spy(pid: int) -> str:

@@ -30,6 +30,9 @@ STANDIN_BASE=grpo-recipe-base:bookworm
 # A cold build peaks at about 45 GB of Docker data (docs/images.md); what the cache already
 # holds counts towards it.
 MIN_FREE_GB="${IMAGES_MIN_FREE_GB:-50}"
+# A warm run (the gpu image of this lock cached) rebuilds the recipe stages only: it wrote
+# under 2 GB here (its last log line says how much); the rest is room for the test containers.
+WARM_MIN_FREE_GB="${IMAGES_WARM_MIN_FREE_GB:-8}"
 # Transformer Engine's compile jobs: each takes 2-3 GB of memory.
 MAX_JOBS="${MAX_JOBS:-2}"
 # The host's CA bundle, passed to pip inside the build as a BuildKit secret (never stored in
@@ -77,15 +80,40 @@ python312() {
     printf '%s' "$root"
 }
 
+gb() { echo $(( $1 / 1024 / 1024 )); }  # gb KILOBYTES
+data_kb() { if [ -d "$WORK/data" ]; then du -sk "$WORK/data" 2>/dev/null | cut -f1; else echo 0; fi; }
+
+gpu_built_from_lock() {
+    # The last run's grpo-recipe:gpu was built from this very lock: its framework layers are cached.
+    "$DOCKER" image inspect grpo-recipe:gpu >/dev/null 2>&1 && "$DOCKER" run --rm --entrypoint cat grpo-recipe:gpu \
+        /etc/grpo-recipe/requirements.lock 2>/dev/null | cmp -s - "$REPO/docker/gpu/requirements.lock"
+}
+
 check_disk() {
-    mkdir -p "$WORK"
-    local free_kb used_kb=0
+    # Run with dockerd up: whether the gpu image is cached decides what the build needs.
+    local free_kb used_kb
     free_kb=$(df --output=avail -k "$WORK" | tail -1)
-    [ -d "$WORK/data" ] && used_kb=$(du -sk "$WORK/data" 2>/dev/null | cut -f1)
-    if [ $(( (free_kb + used_kb) / 1024 / 1024 )) -lt "$MIN_FREE_GB" ]; then
-        die "$WORK: $((free_kb / 1024 / 1024)) GB free + $((used_kb / 1024 / 1024)) GB already cached < ${MIN_FREE_GB} GB needed for the gpu image build (IMAGES_MIN_FREE_GB)"
+    used_kb=$(data_kb)
+    DATA_KB_AT_START=$used_kb
+    if gpu_built_from_lock; then
+        if [ "$(gb "$free_kb")" -lt "$WARM_MIN_FREE_GB" ]; then
+            die "$WORK: $(gb "$free_kb") GB free < ${WARM_MIN_FREE_GB} GB needed to rebuild the recipe stages on the cached gpu image (IMAGES_WARM_MIN_FREE_GB)"
+        fi
+    elif [ "$(gb $((free_kb + used_kb)))" -lt "$MIN_FREE_GB" ]; then
+        die "$WORK: $(gb "$free_kb") GB free + $(gb "$used_kb") GB already cached < ${MIN_FREE_GB} GB needed for a cold gpu image build (IMAGES_MIN_FREE_GB)"
     fi
-    log "disk: $((free_kb / 1024 / 1024)) GB free, $((used_kb / 1024 / 1024)) GB cached in $WORK/data"
+    log "disk: $(gb "$free_kb") GB free, $(gb "$used_kb") GB cached in $WORK/data"
+}
+
+prune_replaced() {
+    # Each rebuild leaves the replaced recipe stages untagged (about 0.5 GB apiece): drop them, and
+    # the test containers' anonymous volumes, so that repeated runs do not fill the disk. The build
+    # cache stays.
+    "$DOCKER" image prune --force >/dev/null
+    "$DOCKER" volume prune --force >/dev/null
+    local now_kb
+    now_kb=$(data_kb)
+    log "disk: $(gb "$now_kb") GB in $WORK/data, $(( (now_kb - DATA_KB_AT_START) / 1024 )) MB written by this run"
 }
 
 DOCKERD_PID=""
@@ -212,9 +240,10 @@ main() {
     phase "tools and disk"
     install_tools
     python312 >/dev/null
-    check_disk
+    mkdir -p "$WORK"
     start_dockerd
     trap 'print_phases; stop_dockerd' EXIT
+    check_disk
     VERSION="$(recipe_version)"
     # The commit's time dates the recipe stage's files (docs/images.md, "Reproducible builds").
     SOURCE_DATE_EPOCH="$(git -C "$REPO" log -1 --format=%ct)"
@@ -244,6 +273,7 @@ main() {
         "$PYTHON" -m pytest -p no:cacheprovider -n 2 --dist loadfile "$REPO/tests/images" --image "grpo-recipe:$device" \
             $([ "$device" = gpu ] && echo --require-framework) || status=1
     done
+    prune_replaced
     return "$status"
 }
 
@@ -255,16 +285,15 @@ prefetch() {
     phase "tools and disk"
     install_tools
     python312 >/dev/null
-    check_disk
+    mkdir -p "$WORK"
     start_dockerd
     trap 'print_phases; stop_dockerd' EXIT
+    check_disk
     phase "bases (mmdebstrap)"
     build_python_base
     build_standin_base
     phase "gpu wheels into the pip cache"
-    # An image built from this very lock (the last run's) means its layers are cached: nothing to fetch.
-    if "$DOCKER" image inspect grpo-recipe:gpu >/dev/null 2>&1 && "$DOCKER" run --rm --entrypoint cat grpo-recipe:gpu \
-        /etc/grpo-recipe/requirements.lock 2>/dev/null | cmp -s - "$REPO/docker/gpu/requirements.lock"; then
+    if gpu_built_from_lock; then
         log "grpo-recipe:gpu was built from this lock: its layers are cached, no wheel to fetch"
         return
     fi

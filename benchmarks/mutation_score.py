@@ -140,8 +140,9 @@ MODULES = {
     "smoke/tokenizer": [f"{S}/test_tokenizer.py"],
     # test_verdict.py judges the real smoke model's export (a 10 s build, then 1-2 s a test): past 20 min under mutmut.
     "smoke/verdict": [f"{S}/test_verdict_rules.py"],
-    "user_overrides": [f"{U}/test_user_overrides.py", f"{U}/test_launch.py"],
+    "user_overrides": [f"{U}/test_user_overrides.py", f"{U}/test_launch.py", f"{U}/test_override_slips.py"],
     "verl_config": [f"{U}/test_verl_config_check.py", f"{U}/test_verl_config_findings.py"],
+    "verl_types": [f"{U}/test_verl_config_check.py", f"{U}/test_verl_config_findings.py", f"{U}/test_override_slips.py"],
     "worker_setup": [f"{U}/test_worker_setup.py"],
 }
 #: What the tests read besides the code.

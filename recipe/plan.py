@@ -50,7 +50,7 @@ from recipe.user_overrides import (
     merge_user_overrides,
     user_overrides,
 )
-from recipe.verl_config import VerlConfigCheck, check_verl_config
+from recipe.verl_config import VerlConfigCheck, check_verl_config, key_kinds
 
 T = TypeVar("T")
 
@@ -214,7 +214,8 @@ def build_plan(
         # (or is added), and is never judged like one given after `--`.
         profile = {o.key: o for o in map(_profile_override, profile_overrides(settings.profile))}
         recipe_overrides = [profile.pop(o.key, o) for o in recipe_overrides] + list(profile.values())
-    accepted, problems = check_user_overrides(recipe_overrides, user_overrides(settings.override_list, extra_overrides))
+    extra = user_overrides(settings.override_list, extra_overrides)
+    accepted, problems = check_user_overrides(recipe_overrides, extra, key_kinds(recipe_overrides) if extra else None)
     overrides = merge_user_overrides(recipe_overrides, accepted)
     # Only what the user adds after `--` can make verl read something the plan does not show.
     verl_check = check_verl_config(recipe_overrides, overrides, accepted) if accepted else VerlConfigCheck([])

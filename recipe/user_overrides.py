@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from recipe.allocator import ALLOC_CONF_VARIABLES, RUNTIME_SWITCH_VARIABLE
 from recipe.errors import RecipeConfigError
@@ -158,8 +158,24 @@ def override_slip(text: str) -> str | None:
             "(quote each alone, not both together)")
 
 
-def parse_user_override(text: str, parser: Any) -> UserOverride | str:
-    """The override as Hydra parses it, or one problem line (what Hydra rejects, plan rejects)."""
+def sweep_fix(key: str, value: str | None, kind: str | None) -> str:
+    """What to write instead of a sweep, for what verl reads the key as (kind None: unknown). `value` is the text
+    of a plain sweep (`a,b`), shown inside its fix; None for choice(), range() and glob(), whose fix is said."""
+    if kind == "list":
+        return f"{key} is a list in verl's config: write it in brackets, " + (
+            shown_override(f"{key}=[{value}]") if value is not None else f"{key}=[a,b]")  # fmt: skip
+    if kind in ("bool", "int", "float"):
+        return f"{key} is {'an' if kind == 'int' else 'a'} {kind} in verl's config: give it one value (a run trains one configuration)"
+    if kind == "text":
+        return f"{key} is text in verl's config: quote the value" + (
+            f", {shown_override(f'{key}={value!r}')}" if value is not None else "")  # fmt: skip
+    return "write a list as [a,b] or quote the value"
+
+
+def parse_user_override(text: str, parser: Any, kind_of: Callable[[str], str | None] | None = None) -> UserOverride | str:
+    """The override as Hydra parses it, or one problem line (what Hydra rejects, plan rejects).
+
+    kind_of tells what verl reads a key as (recipe.verl_config.key_kinds), so that a sweep's fix is one that works."""
     shown = shown_override(text)
     if "=" not in text and not text.startswith("~"):
         return f"override {shown}: must look like key=value (Hydra override syntax)"
@@ -176,10 +192,10 @@ def parse_user_override(text: str, parser: Any) -> UserOverride | str:
         slip = override_slip(text)
         return f"override {shown}: {slip}" if slip else f"override {shown}: Hydra cannot parse it ({reason(error)})"
     if parsed.is_sweep_override():
-        return (
-            f"override {shown}: is a sweep, which Hydra refuses outside --multirun; "
-            "write a list as [a,b] or quote the value"
-        )
+        key, sweep = parsed.key_or_group.replace("/", "."), parsed.value()
+        plain = text.partition("=")[2] if getattr(sweep, "simple_form", False) else None
+        fix = sweep_fix(key, plain, kind_of(key) if kind_of and shown == repr(text) else None)
+        return f"override {shown}: is a sweep, which Hydra refuses outside --multirun; {fix}"
     try:
         value = parsed.value()
     except Exception as error:
@@ -281,7 +297,9 @@ def user_overrides(setting: Sequence[str], after_dashes: Sequence[str]) -> list[
     return [text for text in setting if _override_key(text) not in given] + list(after_dashes)
 
 
-def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) -> tuple[list[str], list[str]]:
+def check_user_overrides(
+    overrides: Sequence[Override], extra: Sequence[str], kind_of: Callable[[str], str | None] | None = None
+) -> tuple[list[str], list[str]]:
     """Split the user's extra overrides (after `--`) into (accepted, problem lines), in order.
 
     Each is read with Hydra's own parser, so what Hydra rejects is rejected here. Refused too:
@@ -310,7 +328,7 @@ def check_user_overrides(overrides: Sequence[Override], extra: Sequence[str]) ->
                             "must look like key=value; a value with blanks goes in quotes")
             continue
         after_withheld = shown_override(text) != repr(text)
-        parsed = parse_user_override(text, parser)
+        parsed = parse_user_override(text, parser, kind_of)
         if isinstance(parsed, str):
             problems.append(parsed)
             continue

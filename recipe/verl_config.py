@@ -8,21 +8,20 @@ config makes verl read besides itself (environment variables, code files), for t
 
 from __future__ import annotations
 
-import ast
 import os
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from recipe.allocator import ALLOC_CONF_VARIABLES
 from recipe.config_typos import typo_problems
 from recipe.launch import _RAY_ENV, Override, resume_mode_problem
 from recipe.user_overrides import _first_line, decided_keys, hydra_override_parser, is_secret_name, mask_url_password
 from recipe.user_overrides import merge_user_overrides
+from recipe.verl_types import select_key, type_problems, value_kind
 
 #: Marks a secret read through oc.env while the composed config is resolved at plan time.
 _CANARY = "<<recipe:secret-read:"
@@ -109,15 +108,6 @@ def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
         yield path, value
 
 
-def _select(container: Any, key: str) -> tuple[bool, Any]:
-    node = container
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False, None
-        node = node[part]
-    return True, node
-
-
 def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
@@ -130,158 +120,29 @@ def _compose_problem(overrides: Sequence[str], config_dir: Path) -> str | None:
     return None
 
 
-def _scalar_type(value: Any) -> str | None:
-    """The type verl's config gives a key by its default (bool, int, float), or None where any text may do."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    return None
+def _recipe_config(recipe: Sequence[Override], config_dir: Path) -> Callable[[], Any]:
+    """verl's config as the recipe's own overrides compose it (a container, unresolved), composed on first use."""
+    composed: list[Any] = []
+
+    def config() -> Any:
+        # lazy: omegaconf is heavy or absent where this module is imported; loaded only here
+        from omegaconf import OmegaConf
+
+        if not composed:
+            composed.append(OmegaConf.to_container(compose_verl_config([str(o) for o in recipe], config_dir), resolve=False))
+        return composed[0]
+
+    return config
 
 
-def _fits(kind: str, value: Any) -> bool:
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-#: Keys verl's config leaves null and untyped (no dataclass behind their section) that verl and the recipe read
-#: as numbers: verl's trainer counts steps with it; the smoke verdict and the progress lines read it back.
-RECIPE_READ_KINDS = {"trainer.total_training_steps": "int"}
-_KIND_NAMES = {frozenset({"int"}): "int", frozenset({"float"}): "float", frozenset({"int", "float"}): "float",
-               frozenset({"bool"}): "bool"}  # fmt: skip
-
-
-#: Spellings that only say "or None": Optional[X], Union[X, None] (bare or as typing.Optional, t.Union, ...).
-_NONE_WRAPPERS = frozenset({"Optional", "Union", "None"})
-
-
-def _annotation_kind(node: ast.expr) -> str | None:
-    """bool, int or float when an annotation allows only that type (and None); None otherwise.
-
-    `int | None`, `Optional[int]`, `Union[int, None]`, `typing.Optional[int]` and their string forms
-    are alike: the wrappers and the module they are read from (`typing.`) name no type.
-    """
-    names: set[str] = set()
-    modules = {id(part.value) for part in ast.walk(node) if isinstance(part, ast.Attribute)}
-    for part in ast.walk(node):
-        if isinstance(part, ast.Attribute):
-            names.add(part.attr)
-        elif isinstance(part, ast.Name) and id(part) not in modules:
-            names.add(part.id)
-        elif isinstance(part, ast.Constant) and isinstance(part.value, str):  # a string annotation
-            try:
-                inner = _annotation_kind(ast.parse(part.value, mode="eval").body)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                return None
-            if inner is None:
-                return None
-            names.add(inner)
-    return _KIND_NAMES.get(frozenset(names - _NONE_WRAPPERS))
-
-
-def _module_files(verl_root: Path, module: str) -> list[Path]:
-    """The source files of a verl module: a package's files, or the one file."""
-    place = verl_root.joinpath(*module.split(".")[1:])
-    if place.is_dir():
-        return sorted(place.glob("*.py"))
-    return [place.with_suffix(".py")] if place.with_suffix(".py").is_file() else []
-
-
-@lru_cache(maxsize=None)
-def _parsed(verl_root: Path, file: Path) -> tuple[dict[str, ast.ClassDef], dict[str, str]]:
-    """A file's classes, and the module each name it imports comes from (relative imports resolved)."""
-    try:
-        tree = ast.parse(file.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return {}, {}
-    package = file.parent
-    imports: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package
-                for _ in range(node.level - 1):
-                    anchor = anchor.parent
-                base = ".".join(["verl", *anchor.relative_to(verl_root).parts])
-                module = f"{base}.{node.module}" if node.module else base
-            else:
-                module = node.module or ""
-            imports.update({alias.asname or alias.name: module for alias in node.names})
-    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}, imports
-
-
-@lru_cache(maxsize=None)
-def _dataclass_fields(verl_root: Path, target: str, depth: int = 0) -> dict[str, str | None]:
-    """Field -> kind of verl's dataclass `target` (a `_target_` of its config), read from its source with `ast`:
-    verl's modules import torch, which `plan` never does. Fields of base classes count too, wherever verl
-    defines them (followed through the imports of the class's file)."""
-    module, _, name = target.rpartition(".")
-    for file in _module_files(verl_root, module):
-        classes, imports = _parsed(verl_root, file)
-        node = classes.get(name)
-        if node is None:
-            continue
-        found: dict[str, str | None] = {}
-        for base in node.bases:
-            if isinstance(base, ast.Name) and depth < 8:
-                where = module if base.id in classes else imports.get(base.id, "")
-                if where.startswith("verl"):
-                    found.update(_dataclass_fields(verl_root, f"{where}.{base.id}", depth + 1))
-        for item in node.body:
-            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                found[item.target.id] = _annotation_kind(item.annotation)
-        return found
-    return {}
-
-
-def _declared_kind(base: Any, key: str, config_dir: Path) -> str | None:
-    """The kind of a key whose default is null: the recipe's own reading of it, else its section's dataclass field."""
-    if key in RECIPE_READ_KINDS:
-        return RECIPE_READ_KINDS[key]
-    section, _, field = key.rpartition(".")
-    found, target = _select(base, f"{section}._target_") if section else (False, None)
-    if not found or not isinstance(target, str) or not target.startswith("verl."):
+def key_kinds(recipe: Sequence[Override]) -> Callable[[str], str | None] | None:
+    """What verl reads each key as (recipe.verl_types.value_kind) under the recipe's overrides; None without
+    verl's config. Composes verl's config once, on the first key asked about."""
+    config_dir = verl_config_dir()
+    if config_dir is None or hydra_override_parser() is None:
         return None
-    return _dataclass_fields(config_dir.parents[1], target).get(field)
-
-
-def type_problems(recipe: Sequence[Override], config: Any, extra: Sequence[str], config_dir: Path) -> list[str]:
-    """Overrides after `--` that give a bool, int or float key of verl's config a value of another type.
-
-    verl's YAML is untyped until its trainer turns each section into a dataclass, inside a Ray worker
-    and long after `plan`; so the type is the default's in verl's own config as the recipe composes it.
-    A null default takes the type its section's dataclass declares (read with `ast`), or RECIPE_READ_KINDS's,
-    and then null stays allowed. An interpolation is not checked.
-    """
-    # lazy: omegaconf is heavy or absent where this module is imported; loaded only here
-    from omegaconf import OmegaConf
-
-    base = OmegaConf.to_container(compose_verl_config([str(o) for o in recipe], config_dir), resolve=False)
-    now = OmegaConf.to_container(config, resolve=False)
-    problems = []
-    for text in extra:
-        key = text.split("=", 1)[0].lstrip("+~")
-        found, default = _select(base, key)
-        kind = _scalar_type(default) if found else None
-        nullable = found and default is None
-        if nullable:
-            kind = _declared_kind(base, key, config_dir)
-        if kind is None:
-            continue
-        _, value = _select(now, key)
-        if value is None and nullable:
-            continue
-        if not (isinstance(value, str) and "${" in value) and not _fits(kind, value):
-            problems.append(
-                f"override {text!r}: {key} is {'a' if kind != 'int' else 'an'} {kind}{' or null' if nullable else ''} in verl's config (default "
-                f"{default!r}), not {value!r}; verl would fail on it only when its trainer starts"
-            )
-    return problems
+    recipe_config = _recipe_config(recipe, config_dir)
+    return lambda key: value_kind(recipe_config(), key, config_dir)
 
 
 def _regular_file(value: Any) -> bool:
@@ -313,9 +174,10 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
     from omegaconf import OmegaConf
 
     base = [str(o) for o in recipe]  # a key one slip from one verl has is refused naming it (recipe.config_typos):
+    recipe_config = _recipe_config(recipe, config_dir)
 
     def typos_found() -> dict[str, str]:  # an added key composes silently; a changed one fails (composed only then)
-        return typo_problems(extra, OmegaConf.to_container(compose_verl_config(base, config_dir)), hydra_override_parser())
+        return typo_problems(extra, recipe_config(), hydra_override_parser())
 
     typos = typos_found() if any(text.startswith("+") for text in extra) else {}
     try:
@@ -339,7 +201,8 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
         others = check_verl_config(recipe, merge_user_overrides(recipe, rest), rest).problems if rest else []
         return VerlConfigCheck(problems + others)
 
-    problems: list[str] = list(typos.values()) + type_problems(recipe, config, extra, config_dir)
+    problems: list[str] = list(typos.values())
+    problems += type_problems(recipe_config(), OmegaConf.to_container(config, resolve=False), extra, config_dir)
     trainer = config.get("trainer")
     mode = OmegaConf.to_container(trainer, resolve=False).get("resume_mode") if trainer is not None else None
     problem = resume_mode_problem(mode)
@@ -380,13 +243,13 @@ def check_verl_config(recipe: Sequence[Override], overrides: Sequence[str], extr
         if override.setting is None:
             continue
         expected = parser.parse_override(str(override)).value()
-        found, value = _select(resolved, override.key)
+        found, value = select_key(resolved, override.key)
         if not found or not _same(value, expected):
             problems.append(
                 f"your overrides: change {override.key} (now {value!r}, planned {expected!r}), "
                 f"which {override.setting} decides; set that instead"
             )
-    env_vars = _select(resolved, _RAY_ENV.rstrip("."))[1] or {}
+    env_vars = select_key(resolved, _RAY_ENV.rstrip("."))[1] or {}
     planned = {o.key.removeprefix(_RAY_ENV): o for o in recipe if o.key.startswith(_RAY_ENV)}
     for variable in ALLOC_CONF_VARIABLES:
         want = parser.parse_override(str(planned[variable])).value() if variable in planned else None

@@ -474,6 +474,14 @@ BREAKAGES: tuple[Breakage, ...] = (
         (f"{UNIT}/test_env_file_readers.py::test_each_encoding_is_judged_as_the_real_readers_read_it",),
         "a .env saved with a BOM: plan says Compose refuses the file, while Compose reads it and bash does not (issue 50)",
     ),
+    Breakage(
+        "sweep-fix-ignores-the-type",
+        "recipe/user_overrides.py",
+        "    if kind in (\"bool\", \"int\", \"float\"):\n",
+        "    if kind in (\"bool\", \"int\"):  # broken: a float key's sweep is told to quote its value\n",
+        (f"{UNIT}/test_override_slips.py::test_a_number_or_bool_sweep_is_told_to_give_one_value",),
+        "a sweep on a float key suggests quoting, which verl's type check then refuses (issue 54, item 6)",
+    ),
 )
 
 

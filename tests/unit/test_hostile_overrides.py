@@ -350,7 +350,8 @@ def _typed_leaves() -> list[tuple[str, str]]:
     from recipe.layout import resolve_layout
     from recipe.models import QWEN3_5_35B_A3B
     from recipe.user_overrides import decided_keys
-    from recipe.verl_config import _leaves, _scalar_type, compose_verl_config, verl_config_dir
+    from recipe.verl_config import _leaves, compose_verl_config, verl_config_dir
+    from recipe.verl_types import _scalar_type
     from tests.unit.envtools import settings_of
 
     settings = settings_of(DEVICE="gpu")
@@ -438,7 +439,8 @@ def test_the_source_reading_of_verls_dataclasses_agrees_with_their_real_annotati
     import importlib
     import typing
 
-    from recipe.verl_config import _dataclass_fields, verl_config_dir
+    from recipe.verl_config import verl_config_dir
+    from recipe.verl_types import _dataclass_fields
 
     root = verl_config_dir().parents[1]
     checked = 0
@@ -454,7 +456,8 @@ def test_the_source_reading_of_verls_dataclasses_agrees_with_their_real_annotati
 
 
 def _null_typed_leaves() -> list[tuple[str, str]]:
-    from recipe.verl_config import _declared_kind, _leaves, compose_verl_config, verl_config_dir
+    from recipe.verl_config import _leaves, compose_verl_config, verl_config_dir
+    from recipe.verl_types import _declared_kind
 
     config = OmegaConf.to_container(compose_verl_config(_plan().overrides, verl_config_dir()), resolve=False)
     found = [(key, _declared_kind(config, key, verl_config_dir())) for key, value in _leaves(config) if value is None]

@@ -12,6 +12,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from recipe.user_overrides import hydra_override_parser, parse_user_override
+from recipe.verl_config import key_kinds
 
 PARSER = hydra_override_parser()
 pytestmark = pytest.mark.skipif(PARSER is None, reason="Hydra is in the test venv (tests/setup.sh) and the images")
@@ -62,3 +63,75 @@ def test_a_slip_never_repeats_a_secret() -> None:
     line = parse_user_override("data.train_files=x hf_token=hf_abcdefghijklmnopqrstuvwxyz", PARSER)
     assert isinstance(line, str) and "hf_abcdefghijklmnopqrstuvwxyz" not in line
     assert "holds two overrides in one argument" in line and "'hf_token=<value withheld: it may hold a secret>'" in line
+
+
+# --- a sweep's fix, for what verl reads its key as (item 6: only what works for the key's type) -------------------
+
+KINDS = key_kinds([]) if PARSER is not None else None  # verl's own trainer config, as the test venv installs it
+TOKENS = st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True), min_size=2, max_size=3)
+
+
+@pytest.mark.parametrize(
+    ("key", "kind"),
+    [
+        ("trainer.total_epochs", "int"),
+        ("actor_rollout_ref.actor.optim.lr", "float"),
+        ("trainer.val_before_train", "bool"),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "int"),  # null, typed by its dataclass
+        ("trainer.logger", "list"),
+        ("trainer.project_name", "text"),
+        ("trainer.no_such_option", None),
+    ],
+)
+def test_verls_own_config_says_what_each_key_is_read_as(key: str, kind: str | None) -> None:
+    assert KINDS is not None and KINDS(key) == kind
+
+
+@pytest.mark.parametrize("key", ["trainer.total_epochs", "actor_rollout_ref.actor.optim.lr", "trainer.val_before_train"])
+def test_a_number_or_bool_sweep_is_told_to_give_one_value(key: str) -> None:
+    line = parse_user_override(f"{key}=1,2", PARSER, KINDS)
+    assert isinstance(line, str) and line.endswith("in verl's config: give it one value (a run trains one configuration)")
+    assert "[" not in line and "quote" not in line  # neither a list nor a text would pass verl's type check
+
+
+@given(TOKENS)
+@example(["console", "tensorboard"])
+def test_a_list_keys_sweep_is_shown_as_the_list_hydra_parses(values: list[str]) -> None:
+    line = parse_user_override(f"trainer.logger={','.join(values)}", PARSER, KINDS)
+    assert isinstance(line, str) and "trainer.logger is a list in verl's config: write it in brackets" in line
+    parsed = PARSER.parse_override(eval(line.rsplit(", ", 1)[1]))  # shown as Python quotes a string (shown_override)
+    assert not parsed.is_sweep_override() and parsed.value() == values
+
+
+@given(TOKENS, st.sampled_from([",", ", "]))
+@example(["run_a", "run_b"], ",")
+def test_a_text_keys_sweep_is_shown_quoted_as_the_text_hydra_parses(values: list[str], comma: str) -> None:
+    text = comma.join(values)
+    line = parse_user_override(f"trainer.project_name={text}", PARSER, KINDS)
+    assert isinstance(line, str) and "trainer.project_name is text in verl's config: quote the value" in line
+    fix = line.rsplit(", ", 1)[1] if comma == "," else line.split("quote the value, ", 1)[1]
+    parsed = PARSER.parse_override(eval(fix))  # the fix is shown as Python quotes a string (shown_override)
+    assert not parsed.is_sweep_override() and parsed.value() == text
+
+
+def test_a_sweep_function_unknown_key_or_withheld_value_gets_a_fix_without_its_values() -> None:
+    assert parse_user_override("trainer.logger=choice(a,b)", PARSER, KINDS).endswith("write it in brackets, trainer.logger=[a,b]")
+    assert parse_user_override("trainer.project_name=range(1,3)", PARSER, KINDS).endswith("text in verl's config: quote the value")
+    general = "is a sweep, which Hydra refuses outside --multirun; write a list as [a,b] or quote the value"
+    assert parse_user_override("+trainer.no_such_option=1,2", PARSER, KINDS) == f"override '+trainer.no_such_option=1,2': {general}"
+    withheld = parse_user_override("trainer.project_name=hf_" + "abcdefghij" * 4 + ",b", PARSER, KINDS)
+    assert isinstance(withheld, str) and withheld.endswith(general) and "hf_abc" not in withheld
+
+
+def test_plan_says_the_fix_for_the_keys_type_through_overrides_and_after_the_dashes() -> None:
+    from recipe.errors import RecipeConfigError
+    from recipe.plan import build_plan
+
+    from .envtools import settings_of
+
+    with pytest.raises(RecipeConfigError) as refused:
+        build_plan(settings_of(DEVICE="gpu", OVERRIDES="trainer.logger=console,tensorboard"), environ={},
+                   extra_overrides=["actor_rollout_ref.actor.optim.lr=1e-6,2e-6"])  # fmt: skip
+    said = "\n".join(refused.value.problems)
+    assert "trainer.logger is a list in verl's config: write it in brackets, 'trainer.logger=[console,tensorboard]'" in said
+    assert "actor_rollout_ref.actor.optim.lr is a float in verl's config: give it one value" in said

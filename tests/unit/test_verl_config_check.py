@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 
-from recipe import verl_config as vc
+from recipe import verl_config as vc, verl_types as vt
 from recipe.launch import Override
 from tests.support.needs import TRAINER_EXTRA, needs
 
@@ -416,9 +416,11 @@ def test_only_an_existing_regular_file_counts_as_a_referenced_file(value: Any, r
 # --- types: a value verl's dataclasses would refuse when its trainer starts ---------------------------------------------
 
 
-def _type_problems(verl_tree: Path, *extra: str) -> list[str]:
-    overrides = [*map(str, RECIPE), *extra]
-    return vc.type_problems(RECIPE, vc.compose_verl_config(overrides, verl_tree), list(extra), verl_tree)
+def _type_problems(verl_tree: Path, *extra: str, recipe: list[Override] = RECIPE) -> list[str]:
+    """vt.type_problems as check_verl_config calls it: verl's config composed without, then with, the extra overrides."""
+    base, now = ([*map(str, recipe), *more] for more in ((), extra))
+    composed = (OmegaConf.to_container(vc.compose_verl_config(overrides, verl_tree)) for overrides in (base, now))
+    return vt.type_problems(*composed, list(extra), verl_tree)
 
 
 @pytest.mark.parametrize(
@@ -471,9 +473,9 @@ def test_a_value_verls_types_allow_is_no_problem(override: str, verl_tree: Path)
 
 def test_the_trainers_step_count_is_an_int_whatever_its_section(verl_tree: Path) -> None:
     base = {"trainer": {"total_training_steps": None, "_target_": "verl.workers.config.ActorConfig"}}
-    assert vc._declared_kind(base, "trainer.total_training_steps", verl_tree) == "int"
-    assert vc._declared_kind(base, "trainer.clip", verl_tree) == "float"
-    assert vc._declared_kind({"trainer": {"_target_": 5}}, "trainer.clip", verl_tree) is None
+    assert vt._declared_kind(base, "trainer.total_training_steps", verl_tree) == "int"
+    assert vt._declared_kind(base, "trainer.clip", verl_tree) == "float"
+    assert vt._declared_kind({"trainer": {"_target_": 5}}, "trainer.clip", verl_tree) is None
 
 
 @pytest.mark.parametrize(
@@ -500,7 +502,7 @@ def test_the_trainers_step_count_is_an_int_whatever_its_section(verl_tree: Path)
     ],
 )
 def test_an_annotation_types_a_key_only_when_it_allows_one_number_or_bool(annotation: str, kind: str | None) -> None:
-    assert vc._annotation_kind(ast.parse(annotation, mode="eval").body) == kind
+    assert vt._annotation_kind(ast.parse(annotation, mode="eval").body) == kind
 
 
 @pytest.mark.parametrize(
@@ -508,7 +510,7 @@ def test_an_annotation_types_a_key_only_when_it_allows_one_number_or_bool(annota
     [(True, "bool"), (False, "bool"), (0, "int"), (7, "int"), (0.5, "float"), ("1", None), (None, None), ([1], None)],
 )
 def test_a_default_types_its_key_as_bool_int_or_float(value: Any, kind: str | None) -> None:
-    assert vc._scalar_type(value) == kind
+    assert vt._scalar_type(value) == kind
 
 
 @pytest.mark.parametrize(
@@ -520,23 +522,23 @@ def test_a_default_types_its_key_as_bool_int_or_float(value: Any, kind: str | No
     ],
 )  # fmt: skip
 def test_a_value_fits_a_kind_as_verls_dataclasses_would_accept_it(kind: str, value: Any, fits: bool) -> None:
-    assert vc._fits(kind, value) is fits
+    assert vt._fits(kind, value) is fits
 
 
 # --- reading verl's dataclasses from their source ----------------------------------------------------------------------
 
 
 def test_a_dataclass_has_its_own_fields_and_every_base_classes_wherever_defined(verl_tree: Path) -> None:
-    fields = vc._dataclass_fields(verl_tree.parents[1], "verl.workers.config.ActorConfig")
+    fields = vt._dataclass_fields(verl_tree.parents[1], "verl.workers.config.ActorConfig")
     # Root (two packages up), BaseConfig (a sibling file), Mixin (the same file); ABC is not verl's.
     assert fields == {"seed": "int", "steps": "int", "deep": "int", "clip": "float", "micro": "int", "name": None}
 
 
 def test_a_class_in_a_module_file_is_read_and_an_absent_one_has_no_fields(verl_tree: Path) -> None:
     root = verl_tree.parents[1]
-    assert vc._dataclass_fields(root, "verl.workers.shared.Root") == {"seed": "int"}
-    assert vc._dataclass_fields(root, "verl.workers.shared.Absent") == {}
-    assert vc._dataclass_fields(root, "verl.workers.nowhere.Root") == {}
+    assert vt._dataclass_fields(root, "verl.workers.shared.Root") == {"seed": "int"}
+    assert vt._dataclass_fields(root, "verl.workers.shared.Absent") == {}
+    assert vt._dataclass_fields(root, "verl.workers.nowhere.Root") == {}
 
 
 def test_a_base_imported_absolutely_from_verl_counts(verl_tree: Path) -> None:
@@ -544,26 +546,26 @@ def test_a_base_imported_absolutely_from_verl_counts(verl_tree: Path) -> None:
     (root / "workers" / "absolute.py").write_text(
         "from verl.workers.shared import Root\nclass Child(Root):\n    flag: bool = False\n"
     )
-    assert vc._dataclass_fields(root, "verl.workers.absolute.Child") == {"seed": "int", "flag": "bool"}
+    assert vt._dataclass_fields(root, "verl.workers.absolute.Child") == {"seed": "int", "flag": "bool"}
 
 
 def test_a_package_import_without_a_module_name_resolves_to_the_package(verl_tree: Path) -> None:
     root = verl_tree.parents[1]
     (root / "workers" / "config" / "pkg_import.py").write_text("from . import base\nfrom .. import shared as s\n")
-    _, imports = vc._parsed(root, root / "workers" / "config" / "pkg_import.py")
+    _, imports = vt._parsed(root, root / "workers" / "config" / "pkg_import.py")
     assert imports == {"base": "verl.workers.config", "s": "verl.workers"}
 
 
 def test_base_classes_that_loop_end(verl_tree: Path) -> None:
     root = verl_tree.parents[1]
     (root / "workers" / "loop.py").write_text("class A(B):\n    a: int = 0\nclass B(A):\n    b: float = 0.0\n")
-    assert vc._dataclass_fields(root, "verl.workers.loop.A") == {"a": "int", "b": "float"}
+    assert vt._dataclass_fields(root, "verl.workers.loop.A") == {"a": "int", "b": "float"}
 
 
 def test_a_file_that_cannot_be_parsed_has_no_classes(verl_tree: Path) -> None:
     broken = verl_tree.parents[1] / "workers" / "broken.py"
     broken.write_text("class (:\n")
-    assert vc._parsed(verl_tree.parents[1], broken) == ({}, {})
+    assert vt._parsed(verl_tree.parents[1], broken) == ({}, {})
 
 
 # --- small helpers -----------------------------------------------------------------------------------------------------
@@ -581,7 +583,7 @@ def test_the_leaves_of_a_config_are_named_by_their_dotted_path() -> None:
      ("a.b.c", (False, None)), ("z", (False, None))],
 )  # fmt: skip
 def test_a_dotted_key_selects_its_value_or_says_it_is_absent(key: str, selected: tuple[bool, Any]) -> None:
-    assert vc._select({"a": {"b": 1, "n": None}}, key) == selected
+    assert vt.select_key({"a": {"b": 1, "n": None}}, key) == selected
 
 
 @pytest.mark.parametrize(("a", "b", "same"), [(1, 1, True), (1, True, False), (1, 1.0, False), ("1", 1, False), ("x", "x", True)])
@@ -594,8 +596,7 @@ def test_the_installed_verls_null_keys_take_their_dataclass_types() -> None:
     verl = needs("verl", install=TRAINER_EXTRA)
     config_dir = Path(verl.__file__).parent / "trainer" / "config"
     text = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=many"
-    config = vc.compose_verl_config([text], config_dir)
-    assert vc.type_problems([], config, [text], config_dir) == [
+    assert _type_problems(config_dir, text, recipe=[]) == [
         f"override {text!r}: actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is an int or null in verl's config "
         "(default None), not 'many'; verl would fail on it only when its trainer starts"
     ]
@@ -617,4 +618,4 @@ def test_every_spelling_of_or_none_gives_the_same_kind(base: str, wrappers: list
             continue  # one level of quoting: a string inside a string annotation is another spelling test's
         annotation = wrapper.format(annotation)
     expected = {"int": "int", "float": "float", "bool": "bool"}.get(base)
-    assert vc._annotation_kind(ast.parse(annotation, mode="eval").body) == expected, annotation
+    assert vt._annotation_kind(ast.parse(annotation, mode="eval").body) == expected, annotation

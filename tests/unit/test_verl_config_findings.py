@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from recipe import verl_config as vc
+from recipe import verl_config as vc, verl_types as vt
 from recipe.launch import Override
 from tests.support.needs import TRAINER_EXTRA, needs
 
 needs("hydra", install=TRAINER_EXTRA)
+from omegaconf import OmegaConf  # noqa: E402 - after the check that names what to install
 
 #: A verl-shaped trainer config: typed defaults, a null default a dataclass types, and a default that is an interpolation.
 PPO_TRAINER = """\
@@ -72,7 +73,8 @@ def test_composing_is_as_quiet_as_verls_own_composition(verl_tree: Path) -> None
 def test_every_override_is_type_checked_whatever_comes_before_it(verl_tree: Path) -> None:
     # A text key (not checked) and a null given to a nullable key come first: the bad value after them is still found.
     extra = ("trainer.project_name=x", "actor.clip=null", "trainer.total_epochs=abc")
-    assert vc.type_problems(RECIPE, vc.compose_verl_config([*map(str, RECIPE), *extra], verl_tree), extra, verl_tree) == [
+    base, now = (OmegaConf.to_container(vc.compose_verl_config([*map(str, RECIPE), *more], verl_tree)) for more in ((), extra))
+    assert vt.type_problems(base, now, extra, verl_tree) == [
         f"override 'trainer.total_epochs=abc': trainer.total_epochs is an int in verl's config (default 1), not 'abc'{TAIL}"
     ]
 

@@ -37,6 +37,11 @@ class NodeReport:
         return f"NODE_RANK={self.node_rank} ({where})" if self.node_rank is not None else where
 
 
+#: The one rule that keeps a RayJob's size whole, and where it is kept (k8s/overlays/*-ray/kustomization.yaml).
+_SIZES_AGREE = ("NNODES must be 1 + the RayJob's worker replicas; the -ray overlay sets both, and its NNODES "
+                "replaces any in k8s/base/settings.env")
+
+
 @dataclass(frozen=True)
 class Readiness:
     """Which nodes are ready and what is still missing."""
@@ -69,8 +74,17 @@ class Readiness:
         else:
             absent = self.expected_nodes - len(self.ready) - len(self.short)
             if absent > 0:
-                lines.append(f"{absent} node(s) never joined")
+                lines.append(f"{absent} node(s) never joined (under KubeRay: {_SIZES_AGREE})")
         return lines
+
+    def surplus(self) -> str | None:
+        """One line when more nodes joined than NNODES counts: verl trains on NNODES of them, the others idle."""
+        joined = len(self.ready) + len(self.short)
+        if joined <= self.expected_nodes:
+            return None
+        why = "check each node's NNODES" if any(n.node_rank is not None for n in self.ready) else f"under KubeRay: {_SIZES_AGREE}"
+        return (f"the Ray cluster has {joined} nodes and NNODES={self.expected_nodes}: {joined - self.expected_nodes} node(s) "
+                f"stay idle ({why})")
 
 
 def assess_nodes(nodes: Sequence[Mapping[str, object]], expected_nodes: int,
@@ -209,6 +223,8 @@ def wait_for_nodes(
             check_head()
             readiness = assess_nodes(nodes(), expected_nodes, resource_name, devices_per_node)
             if readiness.is_ready:
+                if readiness.surplus():
+                    logger.warning("%s", readiness.surplus())
                 logger.info("Ray cluster ready: %s",
                             ", ".join(n.describe() for n in readiness.ready))
                 return list(readiness.ready)

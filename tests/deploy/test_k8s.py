@@ -288,6 +288,9 @@ def test_settings_env_names_real_settings() -> None:
     assert names and set(names) <= known, sorted(set(names) - known)
     # Secrets never live in a ConfigMap.
     assert not {"HF_TOKEN", "WANDB_API_KEY"} & set(names)
+    # The run's size lives in the -ray overlays beside the worker replicas, whose configMapGenerator merge would
+    # replace a base NNODES without a word (issue 54): the base never sets it.
+    assert "NNODES" not in names
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))

@@ -22,6 +22,10 @@ from recipe.cluster import readiness, rules
 from recipe.cluster.readiness import NodeReport
 
 
+SIZES_AGREE = ("NNODES must be 1 + the RayJob's worker replicas; the -ray overlay sets both, and its NNODES replaces "
+               "any in k8s/base/settings.env")
+
+
 def _node(ip: str, rank: int | None, npus: float, alive: bool = True) -> dict[str, object]:
     labels = {"ray.io/node-id": ip} | ({rules.NODE_RANK_LABEL: str(rank)} if rank is not None else {})
     return {"NodeID": f"id-{ip}", "Alive": alive, "NodeManagerAddress": ip,
@@ -57,14 +61,14 @@ def test_assess_counts_nodes_without_rank_labels() -> None:
     r = readiness.assess_nodes([_node("a", None, 8)], 3, "GPU", 8)
     # GPU count missing from Resources means 0 GPUs: present but short.
     assert r.problems(1)[1:] == ["a, host-a: has 0 GPU, NDEVICES_PER_NODE=8 expected",
-                                 "2 node(s) never joined"]
+                                 f"2 node(s) never joined (under KubeRay: {SIZES_AGREE})"]
 
 
 @pytest.mark.parametrize(("nodes", "expected", "last_line"), [
     # Unlabelled (KubeRay): the count of nodes never seen; ready and short ones both count as there.
-    ([_node("a", None, 16), _node("b", None, 4)], 3, "1 node(s) never joined"),
+    ([_node("a", None, 16), _node("b", None, 4)], 3, f"1 node(s) never joined (under KubeRay: {SIZES_AGREE})"),
     ([_node("a", None, 16), _node("b", None, 4)], 2, None),  # all there, one short: no "never joined" line
-    ([_node("a", None, 16)], 4, "3 node(s) never joined"),
+    ([_node("a", None, 16)], 4, f"3 node(s) never joined (under KubeRay: {SIZES_AGREE})"),
 ])
 def test_a_failed_wait_counts_the_nodes_never_seen(nodes: list[dict[str, object]], expected: int,
                                                    last_line: str | None) -> None:
@@ -83,6 +87,21 @@ def test_a_failed_wait_counts_the_nodes_never_seen(nodes: list[dict[str, object]
 def test_is_ready_when_enough_alive_nodes_have_their_devices(nodes: list[dict[str, object]], expected: int,
                                                              ready: bool) -> None:
     assert readiness.assess_nodes(nodes, expected, "NPU", 16).is_ready is ready
+
+
+@pytest.mark.parametrize(("nodes", "expected", "line"), [
+    ([_node("a", None, 16), _node("b", None, 16)], 2, None),  # exactly NNODES: nothing to say
+    ([_node("a", None, 16), _node("b", None, 16), _node("c", None, 4)], 2,  # a short node counts as joined too
+     f"the Ray cluster has 3 nodes and NNODES=2: 1 node(s) stay idle (under KubeRay: {SIZES_AGREE})"),
+    ([_node("a", 0, 16), _node("b", 1, 16), _node("c", 2, 16, alive=False)], 2, None),  # a dead entry is gone
+    ([_node("a", 0, 16), _node("b", 1, 16)], 1,
+     "the Ray cluster has 2 nodes and NNODES=1: 1 node(s) stay idle (check each node's NNODES)"),
+])
+def test_more_nodes_than_nnodes_are_named_with_the_rule_that_sizes_the_run(
+        nodes: list[dict[str, object]], expected: int, line: str | None) -> None:
+    """Issue 54: a RayJob whose worker replicas outgrew NNODES (or a base NNODES the overlay replaced) trains on
+    NNODES nodes while the rest idle: one line says so, with the rule."""
+    assert readiness.assess_nodes(nodes, expected, "NPU", 16).surplus() == line
 
 
 def test_a_dead_entry_first_does_not_hide_the_live_nodes_after_it() -> None:
@@ -241,6 +260,14 @@ def test_the_wait_returns_the_ready_nodes_once_all_joined(world: World, caplog: 
                                 "log_to_driver": False}]
     assert world.ray.shutdowns == 1
     assert caplog.messages == ["Ray cluster ready: NODE_RANK=0 (a, host-a), NODE_RANK=1 (b, host-b)"]
+
+
+def test_the_wait_warns_once_when_more_nodes_joined_than_nnodes(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    world.ray.views = [[_node("a", None, 16), _node("b", None, 16), _node("c", None, 16)]]
+    with caplog.at_level(logging.INFO, logger=readiness.__name__):
+        readiness.wait_for_nodes("10.0.0.1:6379", 2, "NPU", 16, timeout_s=60)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [f"the Ray cluster has 3 nodes and NNODES=2: 1 node(s) stay idle (under KubeRay: {SIZES_AGREE})"]
 
 
 def test_the_wait_attaches_to_the_named_local_address(world: World) -> None:

@@ -265,7 +265,7 @@ def test_joining_an_existing_cluster_one_node_short_never_trains(monkeypatch: py
     with pytest.raises(rules.ClusterError) as caught:
         supervisors.run_joined(role, ["trainer"], resource_name="NPU", devices_per_node=16, timeout_s=10,
                                env={}, run_trainer=trainer)
-    assert caught.value.problems[-1] == "1 node(s) never joined"
+    assert caught.value.problems[-1].startswith("1 node(s) never joined (under KubeRay: NNODES must be 1 + the RayJob")
     assert ran == []
     _ray_with([_ray_node(r) for r in range(nnodes)], monkeypatch)
     assert supervisors.run_joined(role, ["trainer"], resource_name="NPU", devices_per_node=16, timeout_s=10,

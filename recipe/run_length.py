@@ -17,7 +17,7 @@ from typing import Any
 
 from recipe.checkpoint_tracker import TRACKER_NAME, ResumeCheckError, tracked_step_dir
 from recipe.export.watch import MANIFEST
-from recipe.hydra_text import override_hint
+from recipe.hydra_text import OVERRIDE_PLACES
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,9 @@ RESUMED_HF_DIR = "actor/model/huggingface"
 
 #: How out of a refused resume: every refusal names these (saves are the run's most expensive data).
 RESUME_WAYS_OUT = (
-    "train under another EXPERIMENT_NAME, resume from a step you checked with the overrides "
-    f"{override_hint('trainer.resume_mode=resume_path', 'trainer.resume_from_path=<its global_step_N dir>')}, "
-    f"or start afresh over the saves with {override_hint('trainer.resume_mode=disable')}"
+    "train under another EXPERIMENT_NAME, resume from a step you checked with "
+    "`trainer.resume_mode=resume_path trainer.resume_from_path=<its global_step_N dir>`, "
+    f"or start afresh over the saves with `trainer.resume_mode=disable` (overrides: {OVERRIDE_PLACES})"
 )
 
 

@@ -71,10 +71,9 @@ def test_an_explicit_resume_choice_is_not_blocked(
 
 #: The way out every refusal ends with (docs/export.md, "In one paragraph"): pinned, since users grep for it.
 WAY_OUT = (
-    "train under another EXPERIMENT_NAME, resume from a step you checked with the overrides "
-    "`trainer.resume_mode=resume_path trainer.resume_from_path=<its global_step_N dir>` (in OVERRIDES, or after `--` "
-    "of plan and run), or start afresh over the saves with `trainer.resume_mode=disable` (in OVERRIDES, or after `--` "
-    "of plan and run)"
+    "train under another EXPERIMENT_NAME, resume from a step you checked with "
+    "`trainer.resume_mode=resume_path trainer.resume_from_path=<its global_step_N dir>`, or start afresh over the "
+    "saves with `trainer.resume_mode=disable` (overrides: in OVERRIDES, or after `--` of plan and run)"
 )
 #: Why a resume mode is refused (recipe.launch.resume_mode_problem), after `trainer.resume_mode=<value>: `.
 NOT_A_MODE = (

@@ -113,6 +113,16 @@ MAX_LINES = 250
 #: What users come for, each under its own heading.
 HEADINGS = ["## Set up", "## Ways to start", "## Settings", "## A first run on one node", "## Several nodes",
             "## Kubernetes", "## Watching training", "## Resume after a crash", "## When something fails"]  # fmt: skip
+#: The seven everyday questions a new user came with (issue 54), each answered under its own heading.
+EVERYDAY_TASKS = {
+    "a first run": "## A first run on one node",
+    "several nodes on Kubernetes": "## Kubernetes",
+    "training curves": "## Watching training",
+    "resume after a crash": "## Resume after a crash",
+    "throughput": "## Throughput and memory",
+    "a verl override on `docker compose up`": "## verl overrides",
+    "checking an image or a node": "## Checking an image or a node",
+}
 #: The long contracts, each on a docs page the README links.
 CONTRACT_PAGES = ["docs/overrides.md", "docs/doctor.md", "docs/mutation.md", "docs/layout.md", "docs/settings.md",
                   "docs/reproducibility.md", "docs/testing.md", "docs/troubleshooting.md"]  # fmt: skip
@@ -135,6 +145,18 @@ def test_the_readme_has_a_heading_for_each_thing_users_come_for() -> None:
     lines = README.splitlines()
     assert [h for h in HEADINGS if h not in lines] == []
     assert README.index("**Status.**") < README.index("## Set up"), "the status line comes before the set-up"
+
+
+def test_each_everyday_task_has_a_heading_linked_from_the_top() -> None:
+    """Issue 54: each of the seven everyday tasks is one click from the README's top (before the set-up), to a
+    heading of its own that says what it answers."""
+    top = README.split("## Set up", 1)[0]
+    lines = README.splitlines()
+    for task, heading in EVERYDAY_TASKS.items():
+        assert heading in lines, heading
+        assert f"[{task}](#{_slug(heading.lstrip('#'))})" in top, task
+    section = README.split("## verl overrides", 1)[1].split("\n## ", 1)[0]
+    assert "docker compose up" in section and "OVERRIDES=" in section
 
 
 def test_the_readme_links_each_long_contract() -> None:

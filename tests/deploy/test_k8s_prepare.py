@@ -7,6 +7,7 @@ ones (the data step parsed by the recipe's own CLI here; both run with --help in
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import pytest
@@ -56,10 +57,20 @@ def test_the_download_goes_to_model_path_with_the_token_from_the_secret(prepare:
     job = _one(prepare, "Job")
     config = _one(prepare, "ConfigMap")
     (model,) = job["spec"]["template"]["spec"]["initContainers"]
-    assert model["command"] == ["tini", "--", "hf", "download", MODEL_REPO, "--local-dir", "$(MODEL_PATH)"]
-    # The kubelet expands $(MODEL_PATH) from the container's own environment: the settings' ConfigMap.
+    from recipe.settings import Settings
+
+    default = Settings.model_fields["model_path"].default
+    assert model["command"] == ["tini", "--", "sh", "-c",
+                                f'exec hf download {MODEL_REPO} --local-dir "${{MODEL_PATH:-{default}}}"']  # fmt: skip
+    # MODEL_PATH comes from the container's own environment (the settings' ConfigMap) when set there; the
+    # shipped settings leave it to the recipe's default, which the shell supplies: the same for both.
     assert model["envFrom"] == [{"configMapRef": {"name": config["metadata"]["name"]}}]
-    assert config["data"]["MODEL_PATH"].startswith("/models/")
+    assert "MODEL_PATH" not in config.get("data", {})
+    for settings_path, expected in ((None, str(default)), ("/models/mine", "/models/mine")):
+        env = {"PATH": "/usr/bin:/bin"} | ({"MODEL_PATH": settings_path} if settings_path else {})
+        script = model["command"][4].replace("exec hf download", "echo")
+        said = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+        assert said.split() == [MODEL_REPO, "--local-dir", expected]
     for container in (model, job["spec"]["template"]["spec"]["containers"][0]):
         (token,) = container["env"]
         assert token == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {

@@ -192,3 +192,26 @@ def test_the_two_node_e2es_settings_render_through_compose_on_both_machines(comp
     assert plans[0]["nodes"] == plans[1]["nodes"]
     assert (plans[0]["nodes"]["lost_node_bound_s"], plans[0]["nodes"]["lost_head_bound_s"]) == (
         lost_node_bound_s(), lost_head_bound_s(30))
+
+
+def test_the_two_node_e2es_rayjob_renders_the_settings_it_ran_and_plans_its_driver(tmp_path: Path) -> None:
+    """The RayJob the two-node e2e's restart runs (tests/e2e/harness/rayjob.py), rendered from k8s/overlays/gpu-ray
+    with the e2e's settings in settings.env: every setting reaches both pods, NNODES is the overlay's and 1 + the
+    worker replicas, and the entrypoint, given the head's environment and the cluster's address, plans the same
+    trainer as the Compose nodes do with the same settings and overrides."""
+    from tests.e2e.harness.nodes import new_cluster
+    from tests.e2e.harness.plan import RUN_OVERRIDES, recipe_settings
+    from tests.e2e.harness.rayjob import render_rayjob
+    from tests.e2e.test_two_nodes import rayjob_settings
+
+    cluster = new_cluster({**recipe_settings(tmp_path / "checkpoints", save_freq=1), "RAY_WAIT_TIMEOUT": "30"})
+    settings = rayjob_settings(cluster)
+    rendered = render_rayjob(settings, tmp_path)
+    assert rendered.entrypoint == ["python3", "/opt/recipe/entrypoint.py", "run"]
+    for env in (rendered.head_env, rendered.worker_env):
+        assert {name: env.get(name) for name in settings} == settings
+        assert env["NNODES"] == str(1 + rendered.worker_replicas)
+    driver, _ = plan_in({**rendered.head_env, "RAY_ADDRESS": cluster.address}, tmp_path)
+    compose, _ = plan_in({**cluster.user_settings(0), "OVERRIDES": " ".join(RUN_OVERRIDES)}, tmp_path)
+    assert driver["argv"] == compose["argv"]
+    assert driver["argv"][-len(RUN_OVERRIDES):] == list(RUN_OVERRIDES) or set(RUN_OVERRIDES) <= set(driver["argv"])

@@ -17,9 +17,11 @@ rank 1 joins and stays until the head is gone.
    - a head lost: restarted, the head is killed as soon as its trainer started; the worker's `run` must end
      within its bound (lost_head_bound_s), exit 3, one line naming the head (the next restart starts meanwhile:
      the worker's wait is its own clock);
-   - restarted again, both: the run resumes from step 1, trains step 2, passes its verdict, and its exported
-     weights equal the uninterrupted run's, bit for bit (the one-node e2e's resume is bit-exact too: same seeds,
-     same batch, same order of reductions on the same two ranks).
+   - restarted again, this time as KubeRay's RayJob retries a run (tests/e2e/harness/rayjob.py): a new cluster
+     from the rendered gpu-ray overlay (two raylets from its rayStartParams and pods' environment) and its
+     entrypoint, `entrypoint.py run`, once as the driver; the run resumes from step 1, trains step 2, passes its
+     verdict, and its exported weights equal the uninterrupted run's, bit for bit (the one-node e2e's resume is
+     bit-exact too: same seeds, same batch, same order of reductions on the same two ranks).
 Tests only read what the runs left.
 """
 
@@ -56,6 +58,7 @@ from tests.e2e.harness.nodes import (
     wait_until,
 )
 from tests.e2e.harness.plan import RUN_OVERRIDES, STEPS, recipe_settings
+from tests.e2e.harness.rayjob import RenderedRayJob, render_rayjob, start_rayjob
 
 #: Deadline of a whole two-node run (both nodes' start, two steps, the saves, the verdict).
 RUN_TIMEOUT_S = 900.0
@@ -101,7 +104,10 @@ class LostNodes:
 
     worker_lost: Attempt
     head_lost: Attempt
+    #: The RayJob's retry: its driver as the head (its log is the run's), the worker's raylet as the worker.
     resumed: Attempt
+    rayjob: RenderedRayJob
+    rayjob_settings: dict[str, str]
     root: Path
     peak_memory_bytes: int = 0
 
@@ -122,17 +128,23 @@ def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> int | None:
 
 class Nodes:
     """Both nodes of one start, their memory sampled until `done`; every node ever started is killed at the module's
-    end (ALL), so that a node still winding down (a worker waiting for its head) overlaps the next start."""
+    end (ALL), so that a node still winding down (a worker waiting for its head) overlaps the next start.
+
+    Two `entrypoint.py run` (Compose's path), or with `rayjob` KubeRay's: two raylets and the driver."""
 
     ALL: list[Node] = []
 
-    def __init__(self, cluster: Cluster, run_dir: Path, name: str) -> None:
-        self.head = start_node(cluster, 0, list(RUN_OVERRIDES), run_dir / f"{name}-head.log")
-        self.worker = start_node(cluster, 1, list(RUN_OVERRIDES), run_dir / f"{name}-worker.log")
-        Nodes.ALL += [self.head, self.worker]
+    def __init__(self, cluster: Cluster, run_dir: Path, name: str, rayjob: RenderedRayJob | None = None) -> None:
+        if rayjob is None:
+            self.head = start_node(cluster, 0, list(RUN_OVERRIDES), run_dir / f"{name}-head.log")
+            self.worker = start_node(cluster, 1, list(RUN_OVERRIDES), run_dir / f"{name}-worker.log")
+            started = [self.head, self.worker]
+        else:
+            head_raylet, self.worker, self.head = start_rayjob(rayjob, cluster, run_dir, name)
+            started = [head_raylet, self.worker, self.head]
+        Nodes.ALL += started
         self.stop, self.peak = threading.Event(), [0]
-        threading.Thread(target=_peak_memory, args=([self.head, self.worker], self.stop, self.peak),
-                         daemon=True).start()  # fmt: skip
+        threading.Thread(target=_peak_memory, args=(started, self.stop, self.peak), daemon=True).start()
 
     def done(self) -> int:
         """Stop sampling; the peak memory of both nodes' processes together."""
@@ -149,6 +161,13 @@ class Nodes:
 def _cluster(checkpoint_dir: Path) -> Cluster:
     """Settings of both nodes: a save after each step; a short RAY_WAIT_TIMEOUT, so that the worker ends soon."""
     return new_cluster({**recipe_settings(checkpoint_dir, save_freq=1), "RAY_WAIT_TIMEOUT": str(REJOIN_GRACE_S)})
+
+
+def rayjob_settings(cluster: Cluster) -> dict[str, str]:
+    """What the user writes into k8s/base/settings.env for the same run: the run's settings, one device a node, and
+    the overrides in OVERRIDES (a RayJob's entrypoint has no `--`). Not NNODES (the overlay's, beside its replicas),
+    not Ray's token (KubeRay's)."""
+    return {**cluster.settings, "NDEVICES_PER_NODE": "1", "OVERRIDES": " ".join(RUN_OVERRIDES)}
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +246,11 @@ def lost_nodes(two_nodes: TwoNodeRun) -> Iterator[LostNodes]:
     lost = time.monotonic()
     kill_node(head_lost.head, clean=False)
     # The restart starts while the worker waits for its head (on another port): the wait is the worker's clock.
-    resumed = Nodes(_cluster(checkpoint_dir), run_dir, "resumed")
+    # This time as KubeRay retries a RayJob: a new cluster from the rendered overlay, the entrypoint its driver.
+    cluster = _cluster(checkpoint_dir)
+    settings = rayjob_settings(cluster)
+    rayjob = render_rayjob(settings, run_dir)
+    resumed = Nodes(cluster, run_dir, "resumed", rayjob)
     worker_code = _wait(head_lost.worker.process, WORKER_END_S + 60)
     ended = time.monotonic() - lost
     peak_head = head_lost.done()
@@ -236,12 +259,13 @@ def lost_nodes(two_nodes: TwoNodeRun) -> Iterator[LostNodes]:
                         f"(bound {WORKER_END_S:.0f} s)")
     started = time.monotonic()
     head_code = _wait(resumed.head.process, RUN_TIMEOUT_S)
-    worker_code_resumed = _wait(resumed.worker.process, WORKER_END_S)
-    PHASES.timed("two nodes: restarted, resumed, step 2, verdict", started)
+    worker_code_resumed = resumed.worker.process.poll()  # None: the worker's raylet served the run to its end
+    PHASES.timed("two nodes: restarted as a RayJob, resumed, step 2, verdict", started)
     peak = max(peak_worker, peak_head, resumed.done())
     PHASES.peak_memory_bytes = max(PHASES.peak_memory_bytes, peak)
     yield LostNodes(worker_lost, Attempt(head_lost.head, head_lost.worker, None, worker_code, ended),
-                    Attempt(resumed.head, resumed.worker, head_code, worker_code_resumed), root, peak)  # fmt: skip
+                    Attempt(resumed.head, resumed.worker, head_code, worker_code_resumed), rayjob, settings, root,
+                    peak)  # fmt: skip
 
 
 # --- the uninterrupted run -------------------------------------------------------------------------------------
@@ -335,12 +359,26 @@ def test_a_lost_head_ends_the_workers_run_within_its_bound_with_one_line(lost_no
     assert f"the Ray head at {HEAD_IP}:" in errors[0] and "left before the run finished" in errors[0], errors
 
 
+def test_the_restart_ran_the_rendered_rayjob(lost_nodes: LostNodes) -> None:
+    """KubeRay's path as rendered: the entrypoint the RayJob names, the settings the user wrote reaching the pods,
+    NNODES the overlay's and 1 + its worker replicas, and the driver joining the cluster both raylets formed."""
+    rayjob = lost_nodes.rayjob
+    assert rayjob.entrypoint == ["python3", "/opt/recipe/entrypoint.py", "run"]
+    for env in (rayjob.head_env, rayjob.worker_env):
+        assert {name: env.get(name) for name in lost_nodes.rayjob_settings} == lost_nodes.rayjob_settings
+        assert env.get("NNODES") == str(1 + rayjob.worker_replicas) == "2"
+    text = lost_nodes.resumed.head.text()
+    assert f"Ray: RAY_ADDRESS={HEAD_IP}:" in text and "is set: join that cluster" in text, text[-6000:]
+    [ready] = [line for line in text.splitlines() if "Ray cluster ready: " in line]
+    assert HEAD_IP in ready and WORKER_IP in ready, ready
+
+
 def test_the_restarted_run_resumes_from_step_1_and_passes_its_verdict(lost_nodes: LostNodes) -> None:
     attempt = lost_nodes.resumed
     text = attempt.head.text()
     assert attempt.head_code == 0, text[-6000:]
     assert "smoke: PASS" in text and "1 of 1 logged (resumed after step 1)" in text, text[-6000:]
-    assert attempt.worker_code == 0, attempt.worker.text()[-4000:]
+    assert attempt.worker_code is None, attempt.worker.text()[-4000:]  # its raylet up to the end
     steps = [json.loads(line)["step"] for line in (lost_nodes.root / METRICS_FILE).read_text().splitlines()]
     assert steps == [STEPS]
 

@@ -138,6 +138,7 @@ MODULES = {
     "smoke/profile": [f"{S}/test_profile.py"],
     "smoke/reward": [f"{S}/test_reward.py"],
     "smoke/tokenizer": [f"{S}/test_tokenizer.py"],
+    "run/health": [f"{U}/test_health.py"],
     # test_verdict.py judges the real smoke model's export (a 10 s build, then 1-2 s a test): past 20 min under mutmut.
     "smoke/verdict": [f"{S}/test_verdict_rules.py"],
     "user_overrides": [f"{U}/test_user_overrides.py", f"{U}/test_launch.py", f"{U}/test_override_slips.py"],

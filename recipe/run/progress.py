@@ -1,5 +1,5 @@
 """One progress line per training step while `run` supervises the trainer: step N of total, mean reward, time and its
-split into phases, tokens per second per device, ETA.
+split into phases, tokens per second per device, ETA; and the signs of a failing run as they start (recipe.run.health).
 
 The numbers are verl's own, read back from the TensorBoard event files its logger writes under
 TENSORBOARD_DIR (verl/utils/tracking.py, `_TensorboardAdapter`: one scalar per metric, at the global
@@ -19,6 +19,7 @@ from typing import Any
 
 from recipe.numbers import finite_or_none
 from recipe.read_back import FileRefused
+from recipe.run.health import HEALTH_METRICS, HealthWatch
 from recipe.run.verl_metrics import PHASE_SHORT, PHASES, READ_BACK, REWARD, STEP_SECONDS, THROUGHPUT
 from recipe.run_length import StepTotal
 
@@ -65,7 +66,8 @@ def event_file_problem(directory: Path) -> str | None:
 
 
 def read_steps(events: Any, directory: Path | None = None) -> dict[int, dict[str, float | None]]:
-    """step -> {tag: value} of the scalars `run` reads (verl_metrics.READ_BACK), after reading what is new (an event_reader).
+    """step -> {tag: value} of the scalars `run` reads (verl_metrics.READ_BACK, health.HEALTH_METRICS), after reading
+    what is new (an event_reader).
 
     A value that is no finite number (verl logs inf or NaN as they come) is None: shown as n/a. With
     `directory`, its event files are checked first (event_file_problem): FileRefused instead of a hang.
@@ -76,7 +78,7 @@ def read_steps(events: Any, directory: Path | None = None) -> dict[int, dict[str
     events.Reload()
     steps: dict[int, dict[str, float | None]] = {}
     available = set(events.Tags().get("scalars", []))
-    for tag in sorted(READ_BACK & available):
+    for tag in sorted((READ_BACK | HEALTH_METRICS) & available):
         for event in events.Scalars(tag):
             steps.setdefault(int(event.step), {})[tag] = finite_or_none(event.value)
     return steps
@@ -111,13 +113,15 @@ def progress_line(
 
 
 class ProgressPrinter:
-    """Prints each step once, as soon as its scalars are in the event files."""
+    """Judges each step once, as soon as its scalars are in the event files: its progress line through `emit` (None:
+    no progress lines), and each sign of a failing run that starts there as a warning (always)."""
 
-    def __init__(self, directory: Path, total: StepTotal | None, emit: Callable[[str], None]) -> None:
+    def __init__(self, directory: Path, total: StepTotal | None, emit: Callable[[str], None] | None) -> None:
         self.directory, self.total, self.emit = directory, total, emit
         self.printed: set[int] = set()
         self.seconds: dict[int, float] = {}
         self.events: Any = None
+        self.health = HealthWatch()
 
     def poll(self) -> None:
         """Read the event files and print the steps not printed yet (a step is printed once it has its time)."""
@@ -132,13 +136,16 @@ class ProgressPrinter:
             if seconds is not None and 0 <= seconds <= MAX_STEP_SECONDS:
                 self.seconds[step] = seconds
             recent = [self.seconds[s] for s in sorted(self.seconds)[-5:]]
-            self.emit(progress_line(step, metrics, self.total, recent))
+            if self.emit is not None:
+                self.emit(progress_line(step, metrics, self.total, recent))
+            for line in self.health.feed(step, metrics):
+                logger.warning("%s", line)
             self.printed.add(step)
 
 
 @contextmanager
 def printing_progress(
-    directory: Path, total: StepTotal | None, emit: Callable[[str], None], interval_s: float = POLL_INTERVAL_S
+    directory: Path, total: StepTotal | None, emit: Callable[[str], None] | None, interval_s: float = POLL_INTERVAL_S
 ) -> Iterator[ProgressPrinter]:
     """While inside: a thread polls the event files every `interval_s`; one last poll on the way out."""
     printer = ProgressPrinter(directory, total, emit)

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from recipe.memory_fit import GIB, MemoryEstimate
 from recipe.run import verl_metrics as names
+from recipe.run.health import Sign, signs_of
 
 #: What the report says of a run, by the trainer's exit status.
 STOPPED_CODES = {130: "stopped (SIGINT)", 143: "stopped (SIGTERM)"}
@@ -210,6 +211,8 @@ class RunReport:
     active_per_token: int | None
     peak: Peak
     notes: list[str] = field(default_factory=list)
+    #: The signs of a failing run it showed (recipe.run.health), in the order they started.
+    signs: list[Sign] = field(default_factory=list)
 
     def phase_medians(self) -> dict[str, tuple[float, int]]:
         """label -> (median seconds over the steps that ran it, how many steps did)."""
@@ -266,6 +269,7 @@ class RunReport:
             },
             "memory": [row.to_dict() for row in self.memory],
             "per_step": [row.to_dict(self.devices) for row in self.steps],
+            "health": [{"sign": sign.name, "since_step": sign.since, "seen": sign.seen} for sign in self.signs],
             "notes": self.notes,
         }
 
@@ -311,6 +315,7 @@ class RunReport:
             if row.likely_term:
                 lines.append(f"    over the estimate by {100 * (row.ratio or 0) - 100:.0f} %: most likely "
                              f"{row.likely_term} grew; please report it (docs/performance.md)")  # fmt: skip
+        lines += [f"  health: {sign.name} from step {sign.since} ({sign.seen})" for sign in self.signs]
         lines += [f"  {note}" for note in self.notes]
         return "\n".join(lines)
 
@@ -336,4 +341,5 @@ def build_report(metrics: Mapping[int, Mapping[str, float | None]], inputs: Repo
     validation = _median([v for values in metrics.values() if (v := values.get(names.VALIDATION_SECONDS)) is not None
                           and math.isfinite(v) and v >= 0])  # fmt: skip
     return RunReport(outcome(inputs.exit_code), inputs.exit_code, inputs.devices, rows,
-                     memory_rows(metrics, inputs.memory), validation, inputs.active_per_token, inputs.peak, notes)  # fmt: skip
+                     memory_rows(metrics, inputs.memory), validation, inputs.active_per_token, inputs.peak, notes,
+                     signs_of(metrics))  # fmt: skip

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -179,14 +179,14 @@ def _warn_about_prompt_budget(plan: Plan) -> None:
 
 
 def _progress(plan: Plan, wanted: bool | None) -> Any:
-    """The progress lines' printer while the trainer runs (recipe.run.progress), or nothing: `--progress` or
-    `--no-progress` when given, else PROGRESS (on by default: logs are where users read them)."""
+    """The steps' reader while the trainer runs (recipe.run.progress): the signs of a failing run always, the
+    progress lines as `--progress` or `--no-progress` say when given, else PROGRESS (on by default: logs are where
+    users read them)."""
     if wanted is None:
         wanted = {"on": True, "off": False}.get(plan.settings.progress, sys.stdout.isatty())
-    if not wanted:
-        return nullcontext()
     total = planned_step_total(plan.settings, plan.overrides)
-    return printing_progress(Path(str(plan.env["TENSORBOARD_DIR"])), total, lambda line: print(line, flush=True))
+    emit = (lambda line: print(line, flush=True)) if wanted else None
+    return printing_progress(Path(str(plan.env["TENSORBOARD_DIR"])), total, emit)
 
 
 def run_command(plan: Plan, progress: bool | None = None) -> int:

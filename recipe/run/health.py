@@ -1,0 +1,139 @@
+"""Signs of a failing run, named while it runs: one line when each sign starts, from verl's own step metrics.
+
+A GRPO run of a mixture-of-experts model more often stops learning than crashes, and each way it does shows in
+the metrics verl 0.9.1 logs every step (the event files the progress line reads, recipe.run.progress): responses
+cut at the length limit, groups whose samples all got the same reward (no advantage, so no gradient), the
+policy's entropy collapsing, a gradient norm that is no longer finite, a reward that stopped moving, and the
+rollout's log-probabilities drifting from the trainer's. HealthWatch judges each step as it comes and says a
+sign once, when it starts (again only after it had ended); `signs_of` replays a whole run for its report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from recipe.run.verl_metrics import REWARD
+
+#: verl 0.9.1's metrics the signs are read from (verl/trainer/ppo/metric_utils.py compute_data_metrics; the
+#: actor's entropy and grad norm from its update; rollout_corr/* from verl/trainer/ppo/rollout_corr_helper.py).
+CLIPPED = "response_length/clip_ratio"
+ADVANTAGE_MAX, ADVANTAGE_MIN = "critic/advantages/max", "critic/advantages/min"
+ENTROPY = "actor/entropy"
+GRAD_NORM = "actor/grad_norm"
+MISMATCH_KL = "rollout_corr/kl"
+#: Every metric the signs read (added to what `run` reads back: recipe.run.verl_metrics.READ_BACK).
+HEALTH_METRICS = frozenset({CLIPPED, ADVANTAGE_MAX, ADVANTAGE_MIN, ENTROPY, GRAD_NORM, MISMATCH_KL, REWARD})
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where each sign starts, with why there."""
+
+    #: More than half the responses cut at data.max_response_length: most answers are judged unfinished, and
+    #: DAPO's overlong filtering exists because such samples teach the policy to be cut off.
+    clipped_share: float = 0.5
+    #: The policy's entropy below a tenth of the run's first step: the collapse DAPO and Clip-Cov/KL-Cov report
+    #: is a fall by an order of magnitude within a few hundred steps, after which exploration is gone.
+    entropy_fall: float = 0.1
+    #: The reward's spread over this many steps below `flat_span`: nothing learnt for a while.
+    flat_steps: int = 10
+    flat_span: float = 1e-3
+    #: NeMo-RL's Qwen3.5-35B-A3B geo3k recipe checks a mean generation KL below 0.002 (the issue's anchor).
+    mismatch_kl: float = 0.002
+    #: The mismatch rising at each of this many steps in a row.
+    mismatch_rising_steps: int = 5
+
+
+@dataclass(frozen=True)
+class Sign:
+    """One sign of one run: which, the step it started at, what was seen, and what to look at or change."""
+
+    name: str
+    since: int
+    seen: str
+    advice: str
+
+    def line(self) -> str:
+        """The one line said when it starts."""
+        return f"health: {self.name} from step {self.since}: {self.seen}; {self.advice}"
+
+
+@dataclass
+class HealthWatch:
+    """The signs of the steps fed so far (each step once, in order)."""
+
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    active: dict[str, Sign] = field(default_factory=dict)
+    started: list[Sign] = field(default_factory=list)
+    first_entropy: float | None = None
+    rewards: list[float] = field(default_factory=list)
+    mismatches: list[float] = field(default_factory=list)
+
+    def feed(self, step: int, metrics: Mapping[str, float | None]) -> list[str]:
+        """The lines of the signs that start at `step` (a sign still on says nothing more)."""
+        now = {sign.name: sign for sign in self._judge(step, metrics)}
+        for name in [name for name in self.active if name not in now]:
+            del self.active[name]  # ended: said again if it comes back
+        lines = []
+        for name, sign in now.items():
+            if name not in self.active:
+                self.active[name] = sign
+                self.started.append(sign)
+                lines.append(sign.line())
+        return lines
+
+    def _judge(self, step: int, metrics: Mapping[str, float | None]) -> Iterable[Sign]:
+        limits = self.thresholds
+        clipped = metrics.get(CLIPPED)
+        if clipped is not None and clipped > limits.clipped_share:
+            yield Sign("responses cut at the length limit", step,
+                       f"{clipped:.0%} of responses end at data.max_response_length ({CLIPPED} above {limits.clipped_share:.0%})",
+                       "the reward judges unfinished answers: raise data.max_response_length, or look at response_length/mean")  # fmt: skip
+        high, low = metrics.get(ADVANTAGE_MAX), metrics.get(ADVANTAGE_MIN)
+        if high is not None and low is not None and high == 0.0 and low == 0.0:
+            yield Sign("no reward spread", step,
+                       "every group's samples got the same reward (every advantage 0: this step's update had no gradient)",
+                       "make the task harder or easier for the model (critic/score/mean), or raise ROLLOUT_N")  # fmt: skip
+        entropy = metrics.get(ENTROPY)
+        if entropy is not None:
+            if self.first_entropy is None:
+                self.first_entropy = entropy
+            elif self.first_entropy > 0 and entropy < limits.entropy_fall * self.first_entropy:
+                yield Sign("entropy collapse", step,
+                           f"{ENTROPY} {entropy:.4g}, below {limits.entropy_fall:g} of the first step's {self.first_entropy:.4g}",
+                           "the policy stopped exploring: lower the learning rate, or look at actor/pg_clipfrac")  # fmt: skip
+        if GRAD_NORM in metrics and metrics[GRAD_NORM] is None:
+            yield Sign("gradient norm not finite", step,
+                       f"{GRAD_NORM} is inf or NaN; in bf16 Megatron's optimizer checks gradients only with a loss "
+                       "scaler, so verl applied this update",
+                       "the weights may hold NaN from here: resume from the save before this step "
+                       "(trainer.resume_mode=resume_path) with a lower learning rate")  # fmt: skip
+        reward = metrics.get(REWARD)
+        if reward is not None:
+            self.rewards.append(reward)
+            window = self.rewards[-limits.flat_steps :]
+            if len(window) == limits.flat_steps and max(window) - min(window) < limits.flat_span:
+                yield Sign("reward flat", step - limits.flat_steps + 1,
+                           f"{REWARD} within {limits.flat_span:g} over {limits.flat_steps} steps (last {reward:.4g})",
+                           "nothing is being learnt: look at the reward function's scores (critic/score/mean) and the data")  # fmt: skip
+        mismatch = metrics.get(MISMATCH_KL)
+        if mismatch is not None:
+            self.mismatches.append(mismatch)
+            if mismatch > limits.mismatch_kl:
+                yield Sign("rollout/training mismatch", step,
+                           f"{MISMATCH_KL} {mismatch:.4g}, above {limits.mismatch_kl:g} (NeMo-RL's bound for this model)",
+                           "vLLM and Megatron disagree on the samples' log-probabilities: the update is off-policy")  # fmt: skip
+            rising = self.mismatches[-(limits.mismatch_rising_steps + 1) :]
+            if len(rising) > limits.mismatch_rising_steps and all(a < b for a, b in zip(rising, rising[1:])):
+                yield Sign("mismatch growing", step - limits.mismatch_rising_steps + 1,
+                           f"{MISMATCH_KL} rose at each of {limits.mismatch_rising_steps} steps, to {mismatch:.4g}",
+                           "the rollout drifts from the trainer: look at rollout_corr/* and the weight sync")  # fmt: skip
+
+
+def signs_of(steps: Mapping[int, Mapping[str, float | None]], thresholds: Thresholds = Thresholds()) -> list[Sign]:
+    """Every sign a run showed, in the order they started: its steps (recipe.run.progress.read_steps) replayed."""
+    watch = HealthWatch(thresholds)
+    for step in sorted(steps):
+        watch.feed(step, steps[step])
+    return watch.started

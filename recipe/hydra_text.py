@@ -64,6 +64,8 @@ def hydra_string(text: str) -> str:
 
 def hydra_value(value: object) -> str:
     """A value as Hydra's override grammar reads it back unchanged (quoted when it must be)."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "True" if value else "False"
     if isinstance(value, (int, float)):

@@ -139,6 +139,13 @@ def build_overrides(
     # Algorithm: GRPO, KL as a loss term rather than in the reward.
     _add(o, "algorithm.adv_estimator", "grpo")
     _add(o, "algorithm.use_kl_in_reward", False)
+    # vLLM and Megatron compute the same MoE with other kernels (and may route a token to other experts): the
+    # samples come from another policy than the one trained. Truncated importance sampling weighs each token by
+    # its ratio, capped at 2 as NeMo-RL's Qwen3.5-35B-A3B geo3k recipe does (verl's own default cap); upstream's
+    # script sets none (docs/health.md, docs/upstream.md).
+    correction = None if settings.rollout_correction == "off" else settings.rollout_correction
+    _add(o, "algorithm.rollout_correction.rollout_is", correction, setting="ROLLOUT_CORRECTION")
+    _add(o, "algorithm.rollout_correction.rollout_is_threshold", 2.0)
 
     # Model. Packed (THD) sequences on both targets: megatron-core 0.19.2's Gated DeltaNet takes
     # them (cu_seqlens reach its conv and delta-rule kernels, added in 0.18), and verl's

@@ -160,6 +160,9 @@ class Settings(BaseSettings):
     export_strict: bool = Field(
         False, description="Megatron-Bridge strict key matching at HF export; False writes what matches and reports."
     )
+    rollout_correction: Literal["token", "sequence", "off"] = Field("token", description=(
+        "verl's truncated importance sampling of the rollout's samples, per token or per sequence (ratio cap 2), or "
+        "off: vLLM and Megatron compute the MoE apart, so the update is off-policy (docs/health.md)."))
     seed: int = Field(
         42, ge=0, le=2**31 - 1, description="Seed of the data order, Megatron's initialisation and the rollout's sampling."
     )

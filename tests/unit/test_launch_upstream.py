@@ -106,6 +106,9 @@ RECIPE = {
     # Packed sequences on both targets (upstream pads on gpu).
     "actor_rollout_ref.model.use_remove_padding": "True",
     f"{A}.megatron.use_remove_padding": "True",
+    # Truncated importance sampling of the rollout's samples per token, capped at 2 (ROLLOUT_CORRECTION).
+    "algorithm.rollout_correction.rollout_is": "'token'",
+    "algorithm.rollout_correction.rollout_is_threshold": "2.0",
     # A resume continues the LR schedule.
     f"{A}.optim.use_checkpoint_opt_param_scheduler": "True",
     # Megatron-Bridge, lenient export with Hugging Face weights, on both targets.
@@ -194,6 +197,7 @@ def test_each_key_a_setting_decides_names_that_setting_as_the_docs_say(device: s
         ("+ray_kwargs.ray_init.runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF=x",
          "EXPANDABLE_SEGMENTS and PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF (the allocator policy)"),
         ("trainer.total_epochs=1", "TOTAL_EPOCHS"),
+        ("algorithm.rollout_correction.rollout_is=sequence", "ROLLOUT_CORRECTION"),
     ],
 )  # fmt: skip
 def test_an_override_of_a_decided_key_names_who_decides_it(override: str, who: str) -> None:

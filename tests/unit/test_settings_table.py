@@ -55,6 +55,7 @@ CHANGES: dict[str, tuple[object, dict[str, object]]] = {
     "PEAK_TFLOPS": (312, {}),
     "EXPORT_STRICT": (True, {}),
     "SEED": (7, {}),
+    "ROLLOUT_CORRECTION": ("off", {}),
     "EXPANDABLE_SEGMENTS": (False, {}),
     "WANDB_API_KEY": ("wandb_key_for_the_table_test", {}),
     "RAY_ADDRESS": ("10.0.0.9:6379", {}),

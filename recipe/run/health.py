@@ -24,6 +24,9 @@ GRAD_NORM = "actor/grad_norm"
 MISMATCH_KL = "rollout_corr/kl"
 #: Every metric the signs read (added to what `run` reads back: recipe.run.verl_metrics.READ_BACK).
 HEALTH_METRICS = frozenset({CLIPPED, ADVANTAGE_MAX, ADVANTAGE_MIN, ENTROPY, GRAD_NORM, MISMATCH_KL, REWARD})
+#: Every sign, by the name its line and the run report give it.
+SIGN_NAMES = ("responses cut at the length limit", "no reward spread", "entropy collapse", "gradient norm not finite",
+              "reward flat", "rollout/training mismatch", "mismatch growing")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,15 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from recipe.numbers import finite_or_none
 from recipe.read_back import FileRefused
-from recipe.run.health import HEALTH_METRICS, HealthWatch
+from recipe.run.health import HEALTH_METRICS, SIGN_NAMES, HealthWatch
 from recipe.run.verl_metrics import PHASE_SHORT, PHASES, READ_BACK, REWARD, STEP_SECONDS, THROUGHPUT
 from recipe.run_length import StepTotal
 
@@ -31,6 +32,38 @@ PROGRESS_LINE = "step of total, mean reward, s/step and its split into verl's ph
 MAX_STEP_SECONDS = 365 * 86400.0
 #: How often the event files are read again.
 POLL_INTERVAL_S = 10.0
+
+
+#: The signs of a failing run as curves beside verl's (one 0/1 scalar a sign and step): a TensorBoard run of its own in
+#: a folder under verl's, since tensorboard's reader follows only the newest event file of a folder.
+HEALTH_RUN = "recipe_health"
+
+
+class SignCurves:
+    """Writes, for each step judged, whether each sign (health.SIGN_NAMES) is on, with tensorboard's own writer."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory / HEALTH_RUN
+        self.writer: Any = None
+
+    def log(self, step: int, on: Collection[str]) -> None:
+        """One scalar a sign at `step`: 1.0 while it is on, 0.0 otherwise."""
+        # lazy: tensorboard is heavy or absent where this module is imported; loaded only here
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        if self.writer is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.writer = EventFileWriter(str(self.directory))
+        values = [Summary.Value(tag=f"{HEALTH_RUN}/{name.replace(' ', '_').replace('/', '_')}",
+                                simple_value=1.0 if name in on else 0.0) for name in SIGN_NAMES]  # fmt: skip
+        self.writer.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=values)))
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 #: verl logs a few hundred scalars a step: a year of steps is far below this; a larger file is none of verl's.
@@ -122,6 +155,7 @@ class ProgressPrinter:
         self.seconds: dict[int, float] = {}
         self.events: Any = None
         self.health = HealthWatch()
+        self.curves: SignCurves | None = SignCurves(directory)
 
     def poll(self) -> None:
         """Read the event files and print the steps not printed yet (a step is printed once it has its time)."""
@@ -140,7 +174,17 @@ class ProgressPrinter:
                 self.emit(progress_line(step, metrics, self.total, recent))
             for line in self.health.feed(step, metrics):
                 logger.warning("%s", line)
+            self._curves(step)
             self.printed.add(step)
+
+    def _curves(self, step: int) -> None:
+        if self.curves is None:
+            return
+        try:
+            self.curves.log(step, self.health.active)
+        except OSError as error:  # a read-only or full volume: the lines and the report still say the signs
+            logger.warning("health curves stop: cannot write %s (%s)", self.curves.directory, error.strerror or error)
+            self.curves = None
 
 
 @contextmanager
@@ -172,3 +216,5 @@ def printing_progress(
             printer.poll()
         except Exception:  # noqa: BLE001 - already warned, or nothing more to say
             pass
+        if printer.curves is not None:
+            printer.curves.close()

@@ -194,3 +194,62 @@ def test_the_run_report_lists_the_signs_in_its_json_and_its_table() -> None:
     assert entry["sign"] == "responses cut at the length limit" and entry["since_step"] == 2
     assert "  health: responses cut at the length limit from step 2 (80% of responses" in report.to_text("here")
     assert health.HEALTH_METRICS >= {CLIPPED, GRAD_NORM, MISMATCH_KL}
+
+
+def _write_verl_events(directory: Path, steps: dict[int, Step]) -> None:
+    """Scalars as verl's TensorBoard logger writes them: one event file in `directory`, a value per tag and step."""
+    import time
+
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(directory))
+    for step, values in sorted(steps.items()):
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float("nan") if value is None else value)
+                                 for tag, value in values.items()])  # fmt: skip
+        writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+    writer.close()
+
+
+def test_the_signs_are_curves_beside_verls_and_verls_own_file_is_still_read(tmp_path: Path) -> None:
+    """One 0/1 scalar per sign and step in a TensorBoard run of its own (recipe_health, under verl's folder); the
+    printer goes on reading verl's event file after writing it (tensorboard's reader follows one file a folder)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from recipe.run.progress import HEALTH_RUN, ProgressPrinter
+
+    lines: list[str] = []
+    printer = ProgressPrinter(tmp_path, None, lines.append)
+    _write_verl_events(tmp_path, {1: {STEP_SECONDS: 5.0, CLIPPED: 0.1}, 2: {STEP_SECONDS: 5.0, CLIPPED: 0.9}})
+    printer.poll()
+    _write_verl_events(tmp_path, {3: {STEP_SECONDS: 5.0, CLIPPED: 0.2}})  # verl's next file (a resumed trainer)
+    printer.poll()
+    printer.curves.close()  # type: ignore[union-attr]
+    assert [line.split(",")[0] for line in lines] == ["progress: step 1", "progress: step 2", "progress: step 3"]
+    curves = EventAccumulator(str(tmp_path / HEALTH_RUN))
+    curves.Reload()
+    assert len(curves.Tags()["scalars"]) == len(health.SIGN_NAMES)
+    cut = [(event.step, event.value) for event in curves.Scalars(f"{HEALTH_RUN}/responses_cut_at_the_length_limit")]
+    assert cut == [(1, 0.0), (2, 1.0), (3, 0.0)]
+
+
+def test_curves_that_cannot_be_written_stop_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from recipe.run.progress import HEALTH_RUN, ProgressPrinter
+
+    (tmp_path / HEALTH_RUN).write_text("a file where the folder goes")
+    lines: list[str] = []
+    printer = ProgressPrinter(tmp_path, None, lines.append)
+    printer.events = _Events({1: {STEP_SECONDS: 5.0}, 2: {STEP_SECONDS: 5.0, GRAD_NORM: None}})
+    with caplog.at_level(logging.WARNING, logger="recipe"):
+        printer.poll()
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages[0].startswith(f"health curves stop: cannot write {tmp_path / HEALTH_RUN}")
+    assert len(lines) == 2 and any(m.startswith("health: gradient norm not finite from step 2") for m in messages)
+
+
+def test_every_sign_said_is_one_the_curves_name() -> None:
+    streams = [[{**SICK[name]}] * 2 for name in SICK]
+    streams += [[{REWARD: 0.5}] * LIMITS.flat_steps, [{MISMATCH_KL: 1e-4 * k} for k in range(1, 8)]]
+    names = {sign.name for stream in streams for sign in signs_of(dict(enumerate([{ENTROPY: 1.0}, *stream], 1)))}
+    assert names == set(health.SIGN_NAMES)

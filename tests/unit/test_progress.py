@@ -183,3 +183,15 @@ def test_the_eta_averages_the_last_five_steps_only(tmp_path: Path, monkeypatch: 
     assert [line.rsplit("ETA ", 1)[1] for line in lines] == [
         "15m00s", "13m20s", "8m10s", "5m30s", "3m50s", "1m52s", "0m30s",  # steps 3-7: 7 x 70, 6 x 55, 5 x 46, 4 x 28, 3 x 10
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kl", "shown"), [(0.0043, "KL 0.0043"), (2.5e-05, "KL 2.5e-05"), (math.nan, "KL n/a")])
+def test_the_rollout_training_kl_is_shown_before_the_eta(kl: float, shown: str) -> None:
+    """Issue 53: the mismatch, each step, in NeMo-RL's unit (verl's rollout_corr/kl), in the words PROGRESS_LINE says."""
+    from recipe.numbers import finite_or_none
+    from recipe.run.health import MISMATCH_KL
+    from recipe.run.progress import PROGRESS_LINE, progress_line
+
+    line = progress_line(1, {STEP_SECONDS: 10.0, MISMATCH_KL: finite_or_none(kl)}, StepTotal(3, False), [10.0])
+    assert line == f"progress: step 1 of 3, 10.0 s/step, {shown}, ETA 0m20s"
+    assert PROGRESS_LINE.endswith("tokens/s/device, the rollout/training KL, ETA")

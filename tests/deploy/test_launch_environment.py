@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e.harness.rayjob import container_environment as _container_environment
+
 from .conftest import REPO, run
 from .test_compose import _clean_env
 
@@ -112,16 +114,6 @@ def test_compose_variables_are_never_called_typos() -> None:
 
 
 # --- Kubernetes ---------------------------------------------------------------------------
-
-
-def _container_environment(container: dict[str, Any], config_maps: dict[str, dict[str, str]]) -> dict[str, str | None]:
-    """What the kubelet gives the container: its envFrom ConfigMaps' keys, then its env (a secret's value unknown: None)."""
-    environment: dict[str, str | None] = {}
-    for source in container.get("envFrom", []):
-        environment.update(config_maps[source["configMapRef"]["name"]])
-    for item in container.get("env", []):
-        environment[item["name"]] = item.get("value")
-    return environment
 
 
 @pytest.mark.parametrize("overlay", ["gpu", "npu", "gpu-ray", "npu-ray"])

@@ -80,7 +80,8 @@ def _settings_file(text: str, settings: dict[str, str]) -> str:
     return "\n".join(out + [f"{name}={value}" for name, value in left.items()]) + "\n"
 
 
-def _container_environment(container: dict[str, Any], config_maps: dict[str, dict[str, str]]) -> dict[str, str | None]:
+def container_environment(container: dict[str, Any], config_maps: dict[str, dict[str, str]]) -> dict[str, str | None]:
+    """What the kubelet gives a container: its envFrom ConfigMaps' keys, then its env (a secret's value unknown: None)."""
     environment: dict[str, str | None] = {}
     for source in container.get("envFrom", []):
         environment.update(config_maps[source["configMapRef"]["name"]])
@@ -111,8 +112,8 @@ def render_rayjob(settings: dict[str, str], work: Path) -> RenderedRayJob:
         head_params={k: str(v) for k, v in (head.get("rayStartParams") or {}).items()},
         worker_params={k: str(v) for k, v in (workers.get("rayStartParams") or {}).items()},
         worker_replicas=int(workers["replicas"]),
-        head_env=_container_environment(head["template"]["spec"]["containers"][0], config_maps),
-        worker_env=_container_environment(workers["template"]["spec"]["containers"][0], config_maps),
+        head_env=container_environment(head["template"]["spec"]["containers"][0], config_maps),
+        worker_env=container_environment(workers["template"]["spec"]["containers"][0], config_maps),
     )
 
 

@@ -30,8 +30,9 @@ STANDIN_BASE=grpo-recipe-base:bookworm
 # A cold build peaks at about 45 GB of Docker data (docs/images.md); what the cache already
 # holds counts towards it.
 MIN_FREE_GB="${IMAGES_MIN_FREE_GB:-50}"
-# A warm run (the gpu image of this lock cached) rebuilds the recipe stages only: it wrote
-# under 2 GB here (its last log line says how much); the rest is room for the test containers.
+# A warm run (the gpu image of this lock cached) rebuilds the recipe stages only: 7 MB were left
+# written after its prune here (its "written by this run" line says how much); the floor is room
+# for those stages and the test containers while they run.
 WARM_MIN_FREE_GB="${IMAGES_WARM_MIN_FREE_GB:-8}"
 # Transformer Engine's compile jobs: each takes 2-3 GB of memory.
 MAX_JOBS="${MAX_JOBS:-2}"

@@ -98,12 +98,13 @@ def event_file_problem(directory: Path) -> str | None:
     return None
 
 
-def read_steps(events: Any, directory: Path | None = None) -> dict[int, dict[str, float | None]]:
+def read_steps(events: Any, directory: Path | None = None, since: float | None = None) -> dict[int, dict[str, float | None]]:
     """step -> {tag: value} of the scalars `run` reads (verl_metrics.READ_BACK, health.HEALTH_METRICS), after reading
     what is new (an event_reader).
 
     A value that is no finite number (verl logs inf or NaN as they come) is None: shown as n/a. With
-    `directory`, its event files are checked first (event_file_problem): FileRefused instead of a hang.
+    `directory`, its event files are checked first (event_file_problem): FileRefused instead of a hang. With
+    `since` (a time.time()), only what was logged from then on: an earlier attempt's steps are not this run's.
     """
     problem = event_file_problem(directory) if directory is not None else None
     if problem:
@@ -113,7 +114,8 @@ def read_steps(events: Any, directory: Path | None = None) -> dict[int, dict[str
     available = set(events.Tags().get("scalars", []))
     for tag in sorted((READ_BACK | HEALTH_METRICS) & available):
         for event in events.Scalars(tag):
-            steps.setdefault(int(event.step), {})[tag] = finite_or_none(event.value)
+            if since is None or event.wall_time >= since:
+                steps.setdefault(int(event.step), {})[tag] = finite_or_none(event.value)
     return steps
 
 
@@ -149,13 +151,17 @@ def progress_line(
 
 class ProgressPrinter:
     """Judges each step once, as soon as its scalars are in the event files: its progress line through `emit` (None:
-    no progress lines), and each sign of a failing run that starts there as a warning (always)."""
+    no progress lines), and each sign of a failing run that starts there as a warning (always).
+
+    Only the steps logged since it was made: a resumed run's folder also holds the earlier attempts' files, whose
+    steps after the save it resumed from are trained again (verl logs them anew, in a file of its own)."""
 
     def __init__(self, directory: Path, total: StepTotal | None, emit: Callable[[str], None] | None) -> None:
         self.directory, self.total, self.emit = directory, total, emit
         self.printed: set[int] = set()
         self.seconds: dict[int, float] = {}
         self.events: Any = None
+        self.since = time.time()
         self.health = HealthWatch()
         self.curves: SignCurves | None = SignCurves(directory)
 
@@ -165,7 +171,7 @@ class ProgressPrinter:
             if not self.directory.is_dir():
                 return  # verl creates it when its logger starts
             self.events = event_reader(self.directory)
-        for step, metrics in sorted(read_steps(self.events, self.directory).items()):
+        for step, metrics in sorted(read_steps(self.events, self.directory, self.since).items()):
             if step in self.printed or STEP_SECONDS not in metrics:
                 continue
             seconds = metrics[STEP_SECONDS]

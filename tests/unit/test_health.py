@@ -9,6 +9,7 @@ prints progress lines, and the run report lists them.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -163,7 +164,7 @@ class _Events:
         from types import SimpleNamespace
 
         nan = float("nan")
-        return [SimpleNamespace(step=step, value=nan if values[tag] is None else values[tag])
+        return [SimpleNamespace(step=step, value=nan if values[tag] is None else values[tag], wall_time=time.time())
                 for step, values in sorted(self.steps.items()) if tag in values]  # fmt: skip
 
 

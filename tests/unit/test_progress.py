@@ -54,19 +54,24 @@ def test_each_step_is_printed_once_with_reward_time_and_eta(tmp_path: Path, monk
 def test_a_resumed_run_prints_its_new_steps_and_an_estimated_total_says_about(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A resume starts a second event file in the same directory: both are read, and only unprinted steps print."""
+    """A resume starts a second event file in the same directory, beside the earlier attempt's, which logged step 2
+    and died before saving it: only this run's steps print, step 2 as trained again (found in the e2e's RayJob
+    restart, which printed the earlier attempt's steps at its start and never its own step 2)."""
     first = _verl_logger(tmp_path, monkeypatch)
     first.log(_step(3600.0, 0.5), step=1)
+    first.log(_step(3600.0, 0.25), step=2)
     first.finish()
     lines: list[str] = []
-    printer = ProgressPrinter(tmp_path, StepTotal(2, True), lines.append)
+    printer = ProgressPrinter(tmp_path, StepTotal(3, True), lines.append)
     printer.poll()
+    assert lines == []
     second = _verl_logger(tmp_path, monkeypatch)
     second.log(_step(3600.0, 0.75), step=2)
+    second.log(_step(1800.0, 0.875), step=3)
     second.finish()
     printer.poll()
-    assert lines == ["progress: step 1 of about 2, reward 0.500, 3600.0 s/step, ETA 1h00m",
-                     "progress: step 2 of about 2, reward 0.750, 3600.0 s/step"]  # fmt: skip
+    assert lines == ["progress: step 2 of about 3, reward 0.750, 3600.0 s/step, ETA 1h00m",
+                     "progress: step 3 of about 3, reward 0.875, 1800.0 s/step"]  # fmt: skip
 
 
 def test_the_total_is_verls_setting_or_the_parquets_rows_per_batch_times_epochs(tmp_path: Path) -> None:
@@ -148,12 +153,13 @@ def test_a_scalar_that_is_no_finite_time_or_reward_is_n_a_and_the_lines_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: float
 ) -> None:
     """verl logs inf or NaN as they come (a NaN reward, a clock gone wrong): that step says n/a, the next prints."""
+    lines: list[str] = []
+    printer = ProgressPrinter(tmp_path, StepTotal(4, False), lines.append)
     writer = _verl_logger(tmp_path, monkeypatch)
     writer.log({REWARD: bad, STEP_SECONDS: bad if bad != 1e300 else 40.0}, step=1)
     writer.log(_step(40.0, 0.5), step=2)
     writer.finish()
-    lines: list[str] = []
-    ProgressPrinter(tmp_path, StepTotal(4, False), lines.append).poll()
+    printer.poll()
     # 1e300 as a float32 scalar (TensorBoard's) is inf: n/a too; its step's time is a sound 40 s there.
     first = "n/a s/step" if bad != 1e300 else "40.0 s/step, ETA 2m00s"
     assert lines == [f"progress: step 1 of 4, reward n/a, {first}", "progress: step 2 of 4, reward 0.500, 40.0 s/step, ETA 1m20s"]

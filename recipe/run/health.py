@@ -67,7 +67,7 @@ class HealthWatch:
     """The signs of the steps fed so far (each step once, in order)."""
 
     thresholds: Thresholds = field(default_factory=Thresholds)
-    active: dict[str, Sign] = field(default_factory=dict)
+    active: set[str] = field(default_factory=set)
     started: list[Sign] = field(default_factory=list)
     first_entropy: float | None = None
     rewards: list[float] = field(default_factory=list)
@@ -76,12 +76,11 @@ class HealthWatch:
     def feed(self, step: int, metrics: Mapping[str, float | None]) -> list[str]:
         """The lines of the signs that start at `step` (a sign still on says nothing more)."""
         now = {sign.name: sign for sign in self._judge(step, metrics)}
-        for name in [name for name in self.active if name not in now]:
-            del self.active[name]  # ended: said again if it comes back
+        self.active &= now.keys()  # the ones that ended are said again if they come back
         lines = []
         for name, sign in now.items():
             if name not in self.active:
-                self.active[name] = sign
+                self.active.add(name)
                 self.started.append(sign)
                 lines.append(sign.line())
         return lines

@@ -254,3 +254,69 @@ def test_every_sign_said_is_one_the_curves_name() -> None:
     streams += [[{REWARD: 0.5}] * LIMITS.flat_steps, [{MISMATCH_KL: 1e-4 * k} for k in range(1, 8)]]
     names = {sign.name for stream in streams for sign in signs_of(dict(enumerate([{ENTROPY: 1.0}, *stream], 1)))}
     assert names == set(health.SIGN_NAMES)
+
+
+#: Each sign's whole line, as a user reads it (the words are the contract: what was seen, what to look at).
+LINES = {
+    "responses cut at the length limit": (
+        {CLIPPED: 0.75},
+        "health: responses cut at the length limit from step 2: 75% of responses end at data.max_response_length "
+        "(response_length/clip_ratio above 50%); the reward judges unfinished answers: raise data.max_response_length, "
+        "or look at response_length/mean",
+    ),
+    "no reward spread": (
+        {ADVANTAGE_MAX: 0.0, ADVANTAGE_MIN: 0.0},
+        "health: no reward spread from step 2: every group's samples got the same reward (every advantage 0: this "
+        "step's update had no gradient); make the task harder or easier for the model (critic/score/mean), or raise "
+        "ROLLOUT_N",
+    ),
+    "entropy collapse": (
+        {ENTROPY: 0.05},
+        "health: entropy collapse from step 2: actor/entropy 0.05, below 0.1 of the first step's 1; the policy stopped "
+        "exploring: lower the learning rate, or look at actor/pg_clipfrac",
+    ),
+    "gradient norm not finite": (
+        {GRAD_NORM: None},
+        "health: gradient norm not finite from step 2: actor/grad_norm is inf or NaN; in bf16 Megatron's optimizer "
+        "checks gradients only with a loss scaler, so verl applied this update; the weights may hold NaN from here: "
+        "resume from the save before this step (trainer.resume_mode=resume_path) with a lower learning rate",
+    ),
+    "rollout/training mismatch": (
+        {MISMATCH_KL: 0.01},
+        "health: rollout/training mismatch from step 2: rollout_corr/kl 0.01, above 0.002 (NeMo-RL's bound for this "
+        "model); vLLM and Megatron disagree on the samples' log-probabilities: the update is off-policy",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LINES))
+def test_each_signs_line_says_what_was_seen_and_what_to_do(name: str) -> None:
+    metrics, line = LINES[name]
+    watch = HealthWatch()
+    watch.feed(1, {ENTROPY: 1.0})
+    assert watch.feed(2, metrics) == [line]
+
+
+def test_the_slow_signs_lines_name_their_window() -> None:
+    flat = _said([{REWARD: 0.25}] * LIMITS.flat_steps)
+    assert flat == [(LIMITS.flat_steps, "health: reward flat from step 1: critic/rewards/mean within 0.001 over 10 steps "
+                     "(last 0.25); nothing is being learnt: look at the reward function's scores (critic/score/mean) "
+                     "and the data")]  # fmt: skip
+    rising = _said([{MISMATCH_KL: 1e-4 * k} for k in range(1, 7)])
+    assert rising == [(6, "health: mismatch growing from step 2: rollout_corr/kl rose at each of 5 steps, to 0.0006; "
+                       "the rollout drifts from the trainer: look at rollout_corr/* and the weight sync")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("stream", "said"), [
+    # A higher value before five rises: the five rises alone are the sign.
+    ([5e-4, 1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4], True),
+    # Rising every two steps, falling between: not rising at each step.
+    ([1e-4, 3e-4, 2e-4, 4e-4, 3e-4, 5e-4, 4e-4, 6e-4], False),
+])  # fmt: skip
+def test_the_mismatch_grows_only_when_it_rises_at_each_of_its_steps(stream: list[float], said: bool) -> None:
+    assert any("mismatch growing" in line for _, line in _said([{MISMATCH_KL: v} for v in stream])) is said
+
+
+def test_a_reward_spread_of_exactly_the_bound_is_not_flat_and_a_first_entropy_of_0_measures_nothing() -> None:
+    assert _said([{REWARD: (k % 2) * LIMITS.flat_span} for k in range(LIMITS.flat_steps)]) == []  # 0.001 - 0.0: exact
+    assert _said([{ENTROPY: 0.0}, {ENTROPY: -1.0}]) == []

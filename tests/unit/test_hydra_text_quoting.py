@@ -72,7 +72,7 @@ def test_a_string_hydra_would_not_keep_is_refused_with_its_reason(text: str, pro
         (0, "0"), (-3, "-3"), (0.6, "0.6"), (1e-6, "1e-06"),
         (["model", "hf_model"], "['model','hf_model']"), (("a", 1, False), "['a',1,False]"), ([], "[]"),
         ([["x"], []], "[['x'],[]]"),
-        (Path("/data/x.parquet"), "'/data/x.parquet'"), (None, "'None'"), ("null", "'null'"),
+        (Path("/data/x.parquet"), "'/data/x.parquet'"), (None, "null"), ("null", "'null'"),  # None is Hydra's null
     ],
 )  # fmt: skip
 def test_a_value_is_written_as_hydra_reads_it_back(value: object, written: str) -> None:

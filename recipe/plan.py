@@ -262,7 +262,7 @@ def build_plan(
         # The smoke profile runs on one device by design: the others' idling is no slip.
         plan_warnings(settings, environ, model, overrides,
                       (device.name, device.visible_devices if settings.profile != "smoke" else 0, layout.ndevices_per_node)),
-        failure_bounds(settings.nnodes, settings.ray_wait_timeout),
+        failure_bounds(settings.nnodes, settings.ray_wait_timeout, settings.ray_address is not None),
         wandb_names(overrides, environ),
     )
 

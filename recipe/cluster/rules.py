@@ -50,11 +50,20 @@ def lost_head_bound_s(rejoin_grace_s: float) -> float:
     return GCS_RECONNECT_TIMEOUT_S + RAY_STOP_S + rejoin_grace_s
 
 
-def failure_bounds(nnodes: int, rejoin_grace_s: float) -> dict[str, object]:
-    """What a lost node does to a run across `nnodes` nodes, for `plan` to state; empty on one node."""
+def failure_bounds(nnodes: int, rejoin_grace_s: float, joins_cluster: bool = False) -> dict[str, object]:
+    """What a lost node does to a run across `nnodes` nodes, for `plan` to state; empty on one node.
+
+    `joins_cluster`: RAY_ADDRESS is set (KubeRay's RayJob), so `run` is the driver only: the raylets are KubeRay's,
+    a lost head takes the driver with it, and the RayJob's retry is the restart (no worker `run` waits for one)."""
     if nnodes < 2:
         return {}
     node, head = lost_node_bound_s(), lost_head_bound_s(rejoin_grace_s)
+    if joins_cluster:
+        return {
+            "lost_node_bound_s": node,
+            "text": f"a node lost mid-run ends this run within {node:.0f} s: exit 3 and one line naming it; a lost "
+                    "head ends it with the head; the RayJob's retry (its backoffLimit) resumes from the last save",
+        }  # fmt: skip
     return {
         "lost_node_bound_s": node,
         "lost_head_bound_s": head,

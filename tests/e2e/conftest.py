@@ -4,7 +4,8 @@ The session fixture `e2e` does, once (the phases whose times are printed at the 
 1. assets: the smoke profile's own (recipe.smoke: the tiny Qwen3.5-MoE VLM, its tokenizer, the
    arithmetic data), built where `entrypoint.py run` builds them;
 2. plan: `entrypoint.py plan --json` with PROFILE=smoke, SAVE_FREQ=1 and
-   `-- trainer.total_training_steps=2 trainer.resume_mode=auto`, then the CPU mapping
+   `-- trainer.total_training_steps=2 trainer.resume_mode=auto` (and verl's rollout skip, which writes
+   step 1's batch for the two-node run to train on: harness/step_batch.py), then the CPU mapping
    (tests/e2e/harness/plan.py) -- the same command for both trainer runs;
 3. first run: SIGKILL of the trainer's process group (and of every process it started) once
    global_step_1 is saved (verl's tracker says 1, the save's manifest is there and step 1's
@@ -33,7 +34,16 @@ import pytest
 
 from recipe.launch import override_value
 from tests.e2e.harness.assets import Assets, build_assets
-from tests.e2e.harness.plan import ROOT, STEPS, plan_object, recipe_plan, recipe_settings, trainer_command
+from tests.e2e.harness.plan import (
+    ROOT,
+    RUN_OVERRIDES,
+    STEPS,
+    plan_object,
+    recipe_plan,
+    recipe_settings,
+    trainer_command,
+)
+from tests.e2e.harness.step_batch import batch_overrides
 from tests.e2e.harness.trainer import TrainerRun, run_trainer
 from tests.e2e.harness.versions import version_problems
 from tests.support.skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
@@ -50,6 +60,8 @@ RUN_TIMEOUT_S = float(os.environ.get("E2E_RUN_TIMEOUT_S", "600"))
 #: The recipe's watcher checks every 30 s in `run`; here every 2 s, to see the first save before the kill.
 WATCH_INTERVAL_S = 2.0
 TRACKER = "latest_checkpointed_iteration.txt"
+#: Step 1's training batch as the first run trained on it, for the two-node run to train on (harness/step_batch.py).
+STEP_1_BATCH = WORK / "step-1-batch"
 
 
 @dataclass
@@ -164,7 +176,8 @@ def e2e() -> Iterator[E2ERun]:
     run_dir = _fresh(WORK / "run")
     checkpoint_dir = run_dir / "checkpoints"
     assets = build_assets(checkpoint_dir)
-    plan = recipe_plan(recipe_settings(checkpoint_dir))
+    shutil.rmtree(STEP_1_BATCH, ignore_errors=True)  # the first run writes it anew; the resumed run starts after it
+    plan = recipe_plan(recipe_settings(checkpoint_dir), (*RUN_OVERRIDES, *batch_overrides(STEP_1_BATCH)))
     argv, env = trainer_command(plan)
     root = Path(str(override_value(plan["overrides"], "trainer.default_local_dir")))  # where verl saves
     # `run` makes it (its run record goes there first); verl's file logger of the smoke metrics needs it.

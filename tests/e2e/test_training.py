@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 
-from tests.e2e.conftest import TRACKER, E2ERun, ReferenceRun
+from tests.e2e.conftest import STEP_1_BATCH, TRACKER, E2ERun, ReferenceRun
 from tests.e2e.cpu.images import GRADIENT_LINE, IMAGES_LINE
 from tests.e2e.cpu.vllm_patches import SYNC_LINE
 from tests.e2e.harness.metrics import step_metrics
 from tests.e2e.harness.plan import STEPS, _split, cpu_additions, cpu_swaps, host_swaps
+from tests.e2e.harness.step_batch import WROTE, written_batch
 from tests.e2e.test_image_data import PROMPT_TOKENS
 from tests.e2e.harness.versions import version_problems
 
@@ -58,6 +59,14 @@ def test_two_steps_complete(e2e: E2ERun) -> None:
     assert sorted(metrics) == [1, 2], f"step lines found: {sorted(metrics)}"
     assert (e2e.root / TRACKER).read_text().strip() == "2"
     assert (e2e.step_dir(2) / "actor" / "ckpt_contents.json").is_file()
+
+
+def test_the_first_run_wrote_step_1s_batch_for_the_two_node_run(e2e: E2ERun) -> None:
+    """verl's rollout skip wrote the batch step 1 trained on (one file: one sync round), and only step 1's: the
+    two-node e2e trains on it (tests/e2e/harness/step_batch.py)."""
+    assert WROTE in e2e.first.text(), e2e.first.tail()
+    files = written_batch(STEP_1_BATCH)
+    assert [path.relative_to(STEP_1_BATCH).parts[-3:] for path in files] == [("1", "0", "tq_batch.pt")], files
 
 
 def test_the_smoke_verdict_passes(e2e_reference: ReferenceRun) -> None:

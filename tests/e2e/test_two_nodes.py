@@ -7,7 +7,9 @@ rank 1 joins and stays until the head is gone.
 
 1. Uninterrupted: two GRPO steps, a save after each with its Hugging Face export, `run`'s own smoke verdict. Where
    each actor ran is read from Ray's own state (the GCS actor table) while the run goes on; peak memory is that
-   of every process of both nodes together.
+   of every process of both nodes together. Step 1 trains on the batch the one-node e2e's first run trained on
+   (verl's rollout skip, tests/e2e/harness/step_batch.py): its save must hold the same update, to the rounding of
+   sums added in another order.
 2. Then the same run, as a restart policy meets it after a loss in step 2: its tracker back at step 1 and step 2's
    save gone (kept aside as the uninterrupted run's), and
    - a worker lost inside a collective: once the worker's Megatron rank runs the actor update it is held there
@@ -42,8 +44,9 @@ import pytest
 from recipe.checkpoint_tracker import TRACKER_NAME
 from recipe.cluster.rules import lost_head_bound_s, lost_node_bound_s
 from recipe.launch import METRICS_FILE
-from tests.e2e.conftest import PHASES, WORK, _check_environment, _fresh
+from tests.e2e.conftest import PHASES, STEP_1_BATCH, WORK, _check_environment, _fresh
 from tests.e2e.harness.assets import build_assets
+from tests.e2e.harness.checkpoint import OptimizerState, optimizer_state
 from tests.e2e.harness.nodes import (
     HEAD_IP,
     WORKER_IP,
@@ -59,6 +62,7 @@ from tests.e2e.harness.nodes import (
 )
 from tests.e2e.harness.plan import RUN_OVERRIDES, STEPS, recipe_settings
 from tests.e2e.harness.rayjob import RenderedRayJob, render_rayjob, start_rayjob
+from tests.e2e.harness.step_batch import LOADED, WROTE, batch_overrides, update_gap, written_batch
 
 #: Deadline of a whole two-node run (both nodes' start, two steps, the saves, the verdict).
 RUN_TIMEOUT_S = 900.0
@@ -70,6 +74,21 @@ REJOIN_GRACE_S = 30
 #: How long the worker may take to end once the head is gone (recipe.cluster.rules.lost_head_bound_s).
 WORKER_END_S = lost_head_bound_s(REJOIN_GRACE_S)
 PROJECT, EXPERIMENT = "grpo_recipe_smoke", "qwen3_5_moe_tiny"  # the smoke profile's tracking names
+#: The one-node e2e's first run: its log and its step-1 save (tests/e2e/conftest.py, `e2e`).
+ONE_NODE_LOG = WORK / "run" / "first.log"
+ONE_NODE_STEP_1 = WORK / "run" / "checkpoints" / PROJECT / EXPERIMENT / "global_step_1"
+
+
+def node_overrides() -> list[str]:
+    """The `--` overrides of every start (the restarts' must be the first's): the run's, and verl's rollout skip
+    of step 1 (it loads the one-node run's batch when that is there, writes its own otherwise)."""
+    return [*RUN_OVERRIDES, *batch_overrides(STEP_1_BATCH)]
+
+
+def one_node_batch_written() -> bool:
+    """Whether the one-node e2e's first run wrote step 1's batch in this work folder, beside its step-1 save."""
+    log = ONE_NODE_LOG.read_text(errors="replace") if ONE_NODE_LOG.is_file() else ""
+    return WROTE in log and bool(written_batch(STEP_1_BATCH)) and ONE_NODE_STEP_1.is_dir()
 
 
 @dataclass(frozen=True)
@@ -96,6 +115,9 @@ class TwoNodeRun:
     report_status: str | None
     weights: Path
     peak_memory_bytes: int
+    #: Whether the one-node run's step-1 batch was there to train on (one_node_batch_written), and step 1's save.
+    trained_the_one_node_batch: bool
+    step_1_optimizer: OptimizerState | None
 
 
 @dataclass
@@ -136,8 +158,8 @@ class Nodes:
 
     def __init__(self, cluster: Cluster, run_dir: Path, name: str, rayjob: RenderedRayJob | None = None) -> None:
         if rayjob is None:
-            self.head = start_node(cluster, 0, list(RUN_OVERRIDES), run_dir / f"{name}-head.log")
-            self.worker = start_node(cluster, 1, list(RUN_OVERRIDES), run_dir / f"{name}-worker.log")
+            self.head = start_node(cluster, 0, node_overrides(), run_dir / f"{name}-head.log")
+            self.worker = start_node(cluster, 1, node_overrides(), run_dir / f"{name}-worker.log")
             started = [self.head, self.worker]
         else:
             head_raylet, self.worker, self.head = start_rayjob(rayjob, cluster, run_dir, name)
@@ -167,7 +189,7 @@ def rayjob_settings(cluster: Cluster) -> dict[str, str]:
     """What the user writes into k8s/base/settings.env for the same run: the run's settings, one device a node, and
     the overrides in OVERRIDES (a RayJob's entrypoint has no `--`). Not NNODES (the overlay's, beside its replicas),
     not Ray's token (KubeRay's)."""
-    return {**cluster.settings, "NDEVICES_PER_NODE": "1", "OVERRIDES": " ".join(RUN_OVERRIDES)}
+    return {**cluster.settings, "NDEVICES_PER_NODE": "1", "OVERRIDES": " ".join(node_overrides())}
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +203,7 @@ def two_nodes() -> Iterator[TwoNodeRun]:
     run_dir = _fresh(WORK / "two-nodes")
     checkpoint_dir = run_dir / "checkpoints"
     build_assets(checkpoint_dir)  # where `run` builds them: both nodes find them built and reuse them
+    one_node_batch = one_node_batch_written()
     cluster = _cluster(checkpoint_dir)
     try:
         nodes = Nodes(cluster, run_dir, "uninterrupted")
@@ -199,13 +222,15 @@ def two_nodes() -> Iterator[TwoNodeRun]:
         export = latest_hf_export(root)
         weights = run_dir / "uninterrupted-export"
         status = report = None
+        step_1 = optimizer_state(root / "global_step_1") if (root / "global_step_1").is_dir() else None
         if export is not None:
             status = verify_export(export.directory).status
             report = trusted_status(export.directory.parent / REPORT_NAME, export.step, export.step_dir,
                                     export.directory)  # fmt: skip
             shutil.copytree(export.directory, weights)
         yield TwoNodeRun(Attempt(nodes.head, nodes.worker, head_code, None), state, steps,
-                         export.step if export else None, status, report, weights, peak)  # fmt: skip
+                         export.step if export else None, status, report, weights, peak, one_node_batch,
+                         step_1)  # fmt: skip
     finally:
         Nodes.kill_all()
 
@@ -315,6 +340,21 @@ def test_verls_task_runner_ran_on_the_head(two_nodes: TwoNodeRun) -> None:
     """recipe.trainer_main places it there (Ray left to itself put it on the worker): a lost worker never takes
     the run's driver with it."""
     assert _nodes_of(two_nodes.state, "TaskRunner") == {"TaskRunnerV1": {HEAD_IP}}
+
+
+def test_step_1_on_two_nodes_is_the_update_one_node_made_of_the_same_batch(two_nodes: TwoNodeRun) -> None:
+    """The same batch (the one-node run's, loaded by verl) and the same weights give the same update on two ranks,
+    one a node, as on one: Adam's moments and the fp32 weights of both step-1 saves, within the rounding of sums
+    added in another order (tests/e2e/harness/step_batch.py says why 1e-5)."""
+    if not two_nodes.trained_the_one_node_batch:
+        pytest.skip("no step-1 batch of the one-node e2e in this work folder: run tests/e2e before this module (as "
+                    ".ci/run does); its first run writes the batch this compares on")
+    assert LOADED in two_nodes.attempt.head.text(), two_nodes.attempt.head.text()[-6000:]
+    assert two_nodes.step_1_optimizer is not None
+    gap = update_gap(optimizer_state(ONE_NODE_STEP_1), two_nodes.step_1_optimizer)
+    PHASES.notes.append(f"step 1, one node against two: gradient {gap.gradient:.1e}, squared gradient "
+                        f"{gap.squared_gradient:.1e} relative, weights {gap.weights_in_steps:.1e} lr steps (RMS)")
+    assert gap.within(), gap
 
 
 def test_the_export_both_nodes_wrote_passes_its_check(two_nodes: TwoNodeRun) -> None:

@@ -540,3 +540,15 @@ def test_a_plan_across_nodes_states_how_long_a_lost_node_or_head_takes_to_end_th
                            "worker's within 165 s (RAY_WAIT_TIMEOUT=120 s for a restarted head among it)")
     one = build_plan(smoke(tmp_path, DEVICE="gpu"), {})
     assert one.nodes == {} and not any(line.startswith("nodes") for line in one.to_text().splitlines())
+
+
+def test_under_kuberay_the_plan_states_no_worker_run_for_a_lost_head(tmp_path: Path) -> None:
+    """With RAY_ADDRESS (a RayJob's driver) the workers are KubeRay's raylets, not `run`s waiting for a head: a lost
+    node still ends this run within its bound; a lost head ends it with the head, and the RayJob retries."""
+    driver = build_plan(smoke(tmp_path, DEVICE="gpu", NNODES=2, RAY_ADDRESS="10.0.0.1:6379"), {})
+    assert driver.nodes == {
+        "lost_node_bound_s": 100,
+        "text": "a node lost mid-run ends this run within 100 s: exit 3 and one line naming it; a lost head ends it "
+                "with the head; the RayJob's retry (its backoffLimit) resumes from the last save",
+    }  # fmt: skip
+    assert "worker" not in next(line for line in driver.to_text().splitlines() if line.startswith("nodes    "))

@@ -86,10 +86,12 @@ MODULES = {
     "help": [f"{U}/test_help.py"],
     # test_hostile_settings.py is left out, as for cluster/rules above (it stopped mutmut's stats run).
     "hydra_text": [f"{U}/test_launch.py", f"{U}/test_hydra_text_quoting.py"],
+    "import_patch": [f"{E}/test_verl_patch.py", f"{U}/test_mismatch.py"],
     # test_settings_table.py (two plans per setting and target) ran past 1800 s: test_launch_upstream.py checks
     # the same docs table's decided keys from one build per target.
     "launch": [f"{U}/test_launch.py", f"{U}/test_launch_upstream.py"],
     "layout": [f"{U}/test_layout.py"],
+    "mismatch": [f"{U}/test_mismatch.py"],
     "memory_fit": [f"{U}/test_memory_fit.py", f"{U}/test_memory_fit_terms.py", f"{U}/test_memory_fit_verdicts.py",
                    f"{U}/test_memory_fit_workload.py", f"{U}/test_plan_workload_values.py"],
     "memory_workload": [f"{U}/test_memory_fit_workload.py", f"{U}/test_plan_workload_values.py", f"{U}/test_memory_fit.py"],

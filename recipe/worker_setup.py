@@ -63,14 +63,17 @@ def _guarded_switch(original: Callable[[bool], None], active: bool) -> Callable[
 def configure_worker() -> None:
     """Install the recipe's guards into verl in this process (called by Ray in each worker).
 
-    The allocator decision (below), and the JSON-safe writer of the transformer config
-    that verl saves beside each checkpoint (recipe.export.verl_patch).
+    The allocator decision (below), the JSON-safe writer of the transformer config
+    that verl saves beside each checkpoint (recipe.export.verl_patch), and the mismatch's
+    mean absolute log-prob gap beside verl's off-policy metrics (recipe.mismatch).
     """
     logging.basicConfig(level=logging.INFO)
     # lazy: only when verl's worker runs the hook; the hook's module stays importable without verl
-    from recipe.export.verl_patch import install
+    from recipe import mismatch
+    from recipe.export import verl_patch
 
-    install()
+    verl_patch.install()
+    mismatch.install()
     # lazy: verl is heavy or absent where this module is imported; loaded only here
     import verl.utils.device as verl_device
 

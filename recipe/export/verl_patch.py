@@ -13,23 +13,19 @@ Megatron-Bridge 0.6.2's real Qwen3.5 provider (tests/bridge/test_verl_patch.py):
 `install()` replaces that one method with a writer that keeps every field and
 cannot raise on a value (recipe.export.jsonsafe), only for the verl versions it was
 checked against. It does not import verl or megatron: if verl's checkpoint module
-is not loaded yet, the patch is applied the moment it is (an import hook), so a
-Ray worker that never saves a checkpoint pays nothing, and on npu megatron is not
-imported before MindSpeed patches it.
+is not loaded yet, the patch is applied the moment it is (recipe.import_patch), so a
+Ray worker that never saves a checkpoint pays nothing.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import logging
-import sys
 from collections.abc import Sequence
-from importlib import metadata
 from types import ModuleType
 from typing import Any
 
 from recipe.export.jsonsafe import dump_json_safe
+from recipe.import_patch import patch_when_imported, verl_is_one_of
 
 logger = logging.getLogger("recipe.export.verl_patch")
 
@@ -73,46 +69,12 @@ def patch_module(module: ModuleType) -> bool:
     return True
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Finds TARGET_MODULE with the other finders, and patches it right after it executes."""
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
-        if fullname != TARGET_MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        loader = spec.loader
-        exec_module = loader.exec_module
-
-        def exec_and_patch(module: ModuleType) -> None:
-            exec_module(module)
-            patch_module(module)
-
-        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec
-
-
 def install(versions: Sequence[str] = VERIFIED_VERL_VERSIONS) -> bool:
     """Guard verl's transformer_config.json write in this process; True when installed (or pending import).
 
     Call it in every Ray worker (e.g. from the worker_process_setup_hook). With another
     verl version it changes nothing and says so once.
     """
-    try:
-        installed = metadata.version("verl")
-    except metadata.PackageNotFoundError:
+    if not verl_is_one_of(versions, "transformer_config.json guard not installed"):
         return False
-    if installed not in versions:
-        logger.warning(
-            "verl %s: transformer_config.json guard not installed (checked against verl %s only)",
-            installed,
-            ", ".join(versions),
-        )
-        return False
-    module = sys.modules.get(TARGET_MODULE)
-    if module is not None:
-        return patch_module(module)
-    if not any(isinstance(finder, _PatchOnImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
-    return True
+    return patch_when_imported(TARGET_MODULE, patch_module)

@@ -251,3 +251,23 @@ def test_the_npu_switch_needs_the_release_and_the_setter(
     else:
         monkeypatch.setattr(torch, "npu", npu, raising=False)
     assert worker_setup.runtime_switch_unsupported("npu") == cause
+
+
+def test_in_a_ray_worker_verls_off_policy_metrics_carry_the_mean_absolute_gap(hooked_ray: Any) -> None:
+    """What verl's trainer calls each step, in a worker the hook ran in: the mismatch in slime's unit arrives with
+    verl's prefix (recipe.mismatch), while the signed mean (`kl`) cancels to 0."""
+
+    @hooked_ray.remote
+    def metrics_in_worker() -> dict[str, float]:
+        import torch
+        from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+        old = torch.full((1, 4), -1.0)
+        _, _, metrics = compute_rollout_correction_and_rejection_mask(
+            old_log_prob=old, rollout_log_prob=old + torch.tensor([[0.1, -0.1, 0.3, -0.3]]),
+            response_mask=torch.ones(1, 4), rollout_is="token", rollout_is_threshold=2.0,
+        )  # fmt: skip
+        return {key: metrics[key] for key in ("rollout_corr/kl", "rollout_corr/abs_log_prob_diff") if key in metrics}
+
+    metrics = hooked_ray.get(metrics_in_worker.remote(), timeout=RAY_TEST_TIMEOUT_S)
+    assert metrics == {"rollout_corr/kl": pytest.approx(0.0, abs=1e-6), "rollout_corr/abs_log_prob_diff": pytest.approx(0.2)}

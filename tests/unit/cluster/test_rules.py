@@ -389,3 +389,18 @@ def test_a_refused_ray_start_args_is_one_line_naming_the_setting_and_its_value(
         "RAY_START_ARGS='--num-cpus=8 --port=1': must not set --port: the recipe sets it from NODE_RANK, MASTER_ADDR "
         "and RAY_PORT (--head, --address, --port, --block, --labels are its own)"
     ]
+
+
+def test_the_failure_bounds_of_nodes_started_by_run_and_of_a_rayjobs_driver() -> None:
+    """One node: nothing to say. Nodes started by `run`: both bounds, the worker's with RAY_WAIT_TIMEOUT. A RayJob's
+    driver (RAY_ADDRESS): the lost node's bound only, and the RayJob's retry as the restart."""
+    assert rules.failure_bounds(1, 60) == {} and rules.failure_bounds(1, 60, joins_cluster=True) == {}
+    nodes = rules.failure_bounds(2, 60)
+    assert (nodes["lost_node_bound_s"], nodes["lost_head_bound_s"]) == (100.0, 15 + 30.0 + 60)
+    assert "a lost head each worker's within 105 s (RAY_WAIT_TIMEOUT=60 s" in str(nodes["text"])
+    driver = rules.failure_bounds(2, 60, joins_cluster=True)
+    assert driver == {
+        "lost_node_bound_s": 100.0,
+        "text": "a node lost mid-run ends this run within 100 s: exit 3 and one line naming it; a lost head ends it "
+                "with the head; the RayJob's retry (its backoffLimit) resumes from the last save",
+    }  # fmt: skip

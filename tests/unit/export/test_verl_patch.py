@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.needs import TRAINER_EXTRA, needs
 
+from recipe import import_patch
 from recipe.export import verl_patch
 
 
@@ -58,7 +59,7 @@ def test_a_verl_without_the_method_is_left_alone_and_named(
 @pytest.fixture
 def clean_import_state(monkeypatch: pytest.MonkeyPatch) -> None:
     """No verl checkpoint module loaded and no finder of ours, restored afterwards."""
-    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, verl_patch._PatchOnImport)])
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, import_patch.PatchOnImport)])
     monkeypatch.delitem(sys.modules, verl_patch.TARGET_MODULE, raising=False)
 
 
@@ -73,29 +74,29 @@ def _version(installed: str | None) -> Any:
 
 
 def test_without_verl_nothing_is_installed(monkeypatch: pytest.MonkeyPatch, clean_import_state: None) -> None:
-    monkeypatch.setattr(verl_patch.metadata, "version", _version(None))
+    monkeypatch.setattr(import_patch.metadata, "version", _version(None))
     assert verl_patch.install() is False
-    assert not any(isinstance(f, verl_patch._PatchOnImport) for f in sys.meta_path)
+    assert not any(isinstance(f, import_patch.PatchOnImport) for f in sys.meta_path)
 
 
 def test_another_verl_version_is_named_and_left_alone(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, clean_import_state: None
 ) -> None:
-    monkeypatch.setattr(verl_patch.metadata, "version", _version("0.10.0"))
-    with caplog.at_level(logging.WARNING, logger="recipe.export.verl_patch"):
+    monkeypatch.setattr(import_patch.metadata, "version", _version("0.10.0"))
+    with caplog.at_level(logging.WARNING, logger="recipe.import_patch"):
         assert verl_patch.install(("0.9.1", "0.9.2")) is False
     assert caplog.messages == ["verl 0.10.0: transformer_config.json guard not installed (checked against verl 0.9.1, 0.9.2 only)"]
-    assert not any(isinstance(f, verl_patch._PatchOnImport) for f in sys.meta_path)
+    assert not any(isinstance(f, import_patch.PatchOnImport) for f in sys.meta_path)
     assert verl_patch.VERIFIED_VERL_VERSIONS == ("0.9.1",)
 
 
 def test_a_loaded_verl_is_patched_at_once(monkeypatch: pytest.MonkeyPatch, clean_import_state: None) -> None:
-    monkeypatch.setattr(verl_patch.metadata, "version", _version("0.9.1"))
+    monkeypatch.setattr(import_patch.metadata, "version", _version("0.9.1"))
     module = _verl_module()
     monkeypatch.setitem(sys.modules, verl_patch.TARGET_MODULE, module)
     assert verl_patch.install() is True
     assert module.MegatronCheckpointManager._save_transformer_config is verl_patch._json_safe_save_transformer_config
-    assert not any(isinstance(f, verl_patch._PatchOnImport) for f in sys.meta_path)
+    assert not any(isinstance(f, import_patch.PatchOnImport) for f in sys.meta_path)
     # A loaded verl whose class lacks the method: install says so through its result.
     monkeypatch.setitem(sys.modules, verl_patch.TARGET_MODULE, _verl_module(with_method=False))
     assert verl_patch.install() is False
@@ -104,10 +105,10 @@ def test_a_loaded_verl_is_patched_at_once(monkeypatch: pytest.MonkeyPatch, clean
 def test_a_verl_not_loaded_yet_is_patched_when_imported(
     monkeypatch: pytest.MonkeyPatch, clean_import_state: None, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(verl_patch.metadata, "version", _version("0.9.1"))
+    monkeypatch.setattr(import_patch.metadata, "version", _version("0.9.1"))
     assert verl_patch.install() is True
     assert verl_patch.install() is True  # the hook runs in every worker task's process once; one finder
-    finders = [f for f in sys.meta_path if isinstance(f, verl_patch._PatchOnImport)]
+    finders = [f for f in sys.meta_path if isinstance(f, import_patch.PatchOnImport)]
     assert len(finders) == 1 and sys.meta_path[0] is finders[0]  # first, before the finder that would load it
     # The module's file, found where its package says (here a folder of ours): loaded, then patched.
     (tmp_path / "megatron_checkpoint_manager.py").write_text(

@@ -33,9 +33,8 @@ _MARK = "__recipe_abs_log_prob_diff__"
 
 def mean_abs_gap(old_log_prob: Any, rollout_log_prob: Any, response_mask: Any) -> float:
     """Mean of |rollout_log_prob - old_log_prob| over the response tokens (torch tensors of one shape)."""
-    mask = response_mask.to(old_log_prob.dtype)
-    gap = (rollout_log_prob - old_log_prob).abs() * mask
-    return float(gap.sum() / mask.sum())
+    gap = (rollout_log_prob - old_log_prob).abs() * response_mask  # a bool or 0/1 mask: torch promotes it
+    return float(gap.sum() / response_mask.sum())
 
 
 def with_abs_gap(original: Any) -> Any:

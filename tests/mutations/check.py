@@ -493,8 +493,8 @@ BREAKAGES: tuple[Breakage, ...] = (
     Breakage(
         "mismatch-gap-signed",
         "recipe/mismatch.py",
-        "    gap = (rollout_log_prob - old_log_prob).abs() * mask\n",
-        "    gap = (rollout_log_prob - old_log_prob) * mask  # broken: signed gaps cancel, as in verl's kl\n",
+        "    gap = (rollout_log_prob - old_log_prob).abs() * response_mask  # a bool or 0/1 mask: torch promotes it\n",
+        "    gap = (rollout_log_prob - old_log_prob) * response_mask  # broken: signed gaps cancel, as in verl's kl\n",
         (f"{UNIT}/test_mismatch.py::test_gaps_of_opposite_signs_do_not_cancel_and_padding_does_not_count",),
         "the mismatch in slime's unit becomes the signed mean, where opposite gaps cancel (issue 53)",
     ),

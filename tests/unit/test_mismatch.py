@@ -24,9 +24,11 @@ def _tensors(gaps: list[list[float]], mask: list[list[int]]) -> tuple[Any, Any, 
 
 
 def test_gaps_of_opposite_signs_do_not_cancel_and_padding_does_not_count() -> None:
-    """verl's `kl` (the signed mean) is 0 here; slime's unit is 0.1. The padded token's gap of 5 is left out."""
+    """verl's `kl` (the signed mean) is 0 here; slime's unit is 0.1. The padded token's gap of 5 is left out, with
+    the mask as 0/1 integers or as booleans."""
     old, rollout, mask = _tensors([[0.1, -0.1, 5.0], [0.1, -0.1, 0.1]], [[1, 1, 0], [1, 1, 1]])
     assert mismatch.mean_abs_gap(old, rollout, mask) == pytest.approx(0.1)
+    assert mismatch.mean_abs_gap(old, rollout, mask.bool()) == pytest.approx(0.1)
 
 
 @given(st.lists(st.tuples(st.floats(-3, 3), st.booleans()), min_size=1, max_size=40))

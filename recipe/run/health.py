@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from recipe.mismatch import METRIC as MISMATCH_ABS
 from recipe.run.verl_metrics import REWARD
 
 #: verl 0.9.1's metrics the signs are read from (verl/trainer/ppo/metric_utils.py compute_data_metrics; the
@@ -22,8 +23,10 @@ ADVANTAGE_MAX, ADVANTAGE_MIN = "critic/advantages/max", "critic/advantages/min"
 ENTROPY = "actor/entropy"
 GRAD_NORM = "actor/grad_norm"
 MISMATCH_KL = "rollout_corr/kl"
-#: Every metric the signs read (added to what `run` reads back: recipe.run.verl_metrics.READ_BACK).
-HEALTH_METRICS = frozenset({CLIPPED, ADVANTAGE_MAX, ADVANTAGE_MIN, ENTROPY, GRAD_NORM, MISMATCH_KL, REWARD})
+#: Every metric the signs read (added to what `run` reads back: recipe.run.verl_metrics.READ_BACK); MISMATCH_ABS is
+#: the recipe's own, logged beside verl's rollout_corr/* (recipe.mismatch).
+HEALTH_METRICS = frozenset({CLIPPED, ADVANTAGE_MAX, ADVANTAGE_MIN, ENTROPY, GRAD_NORM, MISMATCH_KL, MISMATCH_ABS,
+                            REWARD})  # fmt: skip
 #: Every sign, by the name its line and the run report give it.
 SIGN_NAMES = ("responses cut at the length limit", "no reward spread", "entropy collapse", "gradient norm not finite",
               "reward flat", "rollout/training mismatch", "mismatch growing")  # fmt: skip
@@ -44,6 +47,8 @@ class Thresholds:
     flat_span: float = 1e-3
     #: NeMo-RL's Qwen3.5-35B-A3B geo3k recipe checks a mean generation KL below 0.002 (the issue's anchor).
     mismatch_kl: float = 0.002
+    #: slime keeps the mean |log p_rollout - log p_train| per token within 0.1 (0.2 to 0.4 is a broken run).
+    mismatch_abs: float = 0.1
     #: The mismatch rising at each of this many steps in a row.
     mismatch_rising_steps: int = 5
 
@@ -119,13 +124,17 @@ class HealthWatch:
                 yield Sign("reward flat", step - limits.flat_steps + 1,
                            f"{REWARD} within {limits.flat_span:g} over {limits.flat_steps} steps (last {reward:.4g})",
                            "nothing is being learnt: look at the reward function's scores (critic/score/mean) and the data")  # fmt: skip
-        mismatch = metrics.get(MISMATCH_KL)
+        mismatch, gap = metrics.get(MISMATCH_KL), metrics.get(MISMATCH_ABS)
+        above = []  # in either anchor's unit
+        if mismatch is not None and mismatch > limits.mismatch_kl:
+            above.append(f"{MISMATCH_KL} {mismatch:.4g}, above {limits.mismatch_kl:g} (NeMo-RL's bound for this model)")
+        if gap is not None and gap > limits.mismatch_abs:
+            above.append(f"{MISMATCH_ABS} {gap:.4g}, above {limits.mismatch_abs:g} (slime's bound)")
+        if above:
+            yield Sign("rollout/training mismatch", step, "; ".join(above),
+                       "vLLM and Megatron disagree on the samples' log-probabilities: the update is off-policy")
         if mismatch is not None:
             self.mismatches.append(mismatch)
-            if mismatch > limits.mismatch_kl:
-                yield Sign("rollout/training mismatch", step,
-                           f"{MISMATCH_KL} {mismatch:.4g}, above {limits.mismatch_kl:g} (NeMo-RL's bound for this model)",
-                           "vLLM and Megatron disagree on the samples' log-probabilities: the update is off-policy")  # fmt: skip
             rising = self.mismatches[-(limits.mismatch_rising_steps + 1) :]
             if len(rising) > limits.mismatch_rising_steps and all(a < b for a, b in zip(rising, rising[1:])):
                 yield Sign("mismatch growing", step - limits.mismatch_rising_steps + 1,

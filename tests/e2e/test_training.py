@@ -149,6 +149,18 @@ def test_the_rollout_correction_weighed_each_step(e2e_reference: ReferenceRun) -
         assert mean is not None and abs(mean - 1.0) < 0.05, f"step {step}: {metrics[step]}"
 
 
+def test_the_mismatch_is_logged_in_slimes_unit_each_step(e2e_reference: ReferenceRun) -> None:
+    """recipe.mismatch in verl's trainer: each step's off-policy metrics carry the mean |log p_rollout - log p_train|
+    per token, no smaller than the signed mean verl logs as `kl`, and on CPU within slime's bound of 0.1."""
+    from recipe.mismatch import METRIC
+    from recipe.smoke.verdict import read_metrics
+
+    metrics = read_metrics(e2e_reference.metrics_file)
+    for step in (1, 2):
+        gap, kl = metrics[step].get(METRIC), metrics[step].get("rollout_corr/kl")
+        assert gap is not None and kl is not None and abs(kl) <= gap < 0.1, f"step {step}: {gap}, kl {kl}"
+
+
 def test_the_health_signs_of_the_real_stream_are_true_of_it(e2e_reference: ReferenceRun) -> None:
     """Issue 53: the signs the run report lists for the smoke run (recipe.run.health) each hold on that step's own
     metrics: its tiny random model runs most responses to the length limit, and vLLM's CPU kernels differ from

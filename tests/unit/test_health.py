@@ -23,6 +23,7 @@ from recipe.run.health import (
     CLIPPED,
     ENTROPY,
     GRAD_NORM,
+    MISMATCH_ABS,
     MISMATCH_KL,
     HealthWatch,
     Thresholds,
@@ -48,6 +49,7 @@ def healthy_steps(draw: st.DrawFn, min_size: int = 1, max_size: int = 30) -> lis
             GRAD_NORM: 0.01 + 10 * draw(unit),
             REWARD: 0.5 * draw(unit) + (0.01 if index % 2 else 0.0),  # moving by 0.01 at least every two steps
             MISMATCH_KL: 0.0 if index % 2 else LIMITS.mismatch_kl * draw(unit),  # never rising twice in a row
+            MISMATCH_ABS: LIMITS.mismatch_abs * draw(unit),
         })  # fmt: skip
     return steps
 
@@ -97,6 +99,9 @@ def test_each_sign_is_said_once_when_it_starts_and_again_when_it_comes_back(
     ({}, False),  # a verl that logs none of them: nothing is guessed
     ({MISMATCH_KL: LIMITS.mismatch_kl}, False),
     ({MISMATCH_KL: LIMITS.mismatch_kl * 1.001}, True),
+    ({MISMATCH_ABS: LIMITS.mismatch_abs}, False),  # slime's unit: 0.1 itself is inside
+    ({MISMATCH_ABS: LIMITS.mismatch_abs * 1.001}, True),
+    ({MISMATCH_ABS: LIMITS.mismatch_abs * 1.001, MISMATCH_KL: None}, True),  # either unit alone tells
 ])  # fmt: skip
 def test_each_bound_itself_is_inside(metrics: Step, said: bool) -> None:
     assert bool(HealthWatch().feed(1, metrics)) is said
@@ -194,7 +199,7 @@ def test_the_run_report_lists_the_signs_in_its_json_and_its_table() -> None:
     [entry] = report.to_dict()["health"]
     assert entry["sign"] == "responses cut at the length limit" and entry["since_step"] == 2
     assert "  health: responses cut at the length limit from step 2 (80% of responses" in report.to_text("here")
-    assert health.HEALTH_METRICS >= {CLIPPED, GRAD_NORM, MISMATCH_KL}
+    assert health.HEALTH_METRICS >= {CLIPPED, GRAD_NORM, MISMATCH_KL, MISMATCH_ABS}
 
 
 def _write_verl_events(directory: Path, steps: dict[int, Step]) -> None:
@@ -287,6 +292,20 @@ LINES = {
         "model); vLLM and Megatron disagree on the samples' log-probabilities: the update is off-policy",
     ),
 }
+
+
+def test_the_mismatch_line_names_each_anchors_unit_it_is_above() -> None:
+    """Above both bounds: one sign, its line giving both figures (slime's unit is the recipe's own metric)."""
+    watch = HealthWatch()
+    assert watch.feed(1, {MISMATCH_KL: 0.001, MISMATCH_ABS: 0.25}) == [
+        "health: rollout/training mismatch from step 1: rollout_corr/abs_log_prob_diff 0.25, above 0.1 (slime's "
+        "bound); vLLM and Megatron disagree on the samples' log-probabilities: the update is off-policy"
+    ]
+    assert HealthWatch().feed(3, {MISMATCH_KL: 0.01, MISMATCH_ABS: 0.2}) == [
+        "health: rollout/training mismatch from step 3: rollout_corr/kl 0.01, above 0.002 (NeMo-RL's bound for this "
+        "model); rollout_corr/abs_log_prob_diff 0.2, above 0.1 (slime's bound); vLLM and Megatron disagree on the "
+        "samples' log-probabilities: the update is off-policy"
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(LINES))

@@ -128,7 +128,7 @@ MODULES = {
     "env_file/compose": [f"{U}/test_env_file_readers.py", f"{U}/test_settings_messages.py"],
     "env_file/judge": [f"{U}/test_env_file_readers.py", f"{U}/test_settings_messages.py"],
     "env_file/reading": [f"{U}/test_env_file_readers.py"],
-    "env_warnings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],
+    "env_warnings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py", f"{U}/test_env_warnings_edges.py"],
     # Its subprocess tests (a stand-in verl's main run through it) are the only ones: not traced.
     "trainer_main": [f"{U}/test_run_finish.py", f"{U}/test_trainer_main.py"],
     "tracking": [f"{U}/test_tracking.py"],
@@ -143,7 +143,8 @@ MODULES = {
     "run/health": [f"{U}/test_health.py"],
     # test_verdict.py judges the real smoke model's export (a 10 s build, then 1-2 s a test): past 20 min under mutmut.
     "smoke/verdict": [f"{S}/test_verdict_rules.py"],
-    "user_overrides": [f"{U}/test_user_overrides.py", f"{U}/test_launch.py", f"{U}/test_override_slips.py"],
+    "user_overrides": [f"{U}/test_user_overrides.py", f"{U}/test_launch.py", f"{U}/test_override_slips.py",
+                       f"{U}/test_user_overrides_edges.py"],
     "verl_config": [f"{U}/test_verl_config_check.py", f"{U}/test_verl_config_findings.py"],
     "verl_types": [f"{U}/test_verl_config_check.py", f"{U}/test_verl_config_findings.py", f"{U}/test_override_slips.py"],
     "worker_setup": [f"{U}/test_worker_setup.py"],

@@ -124,3 +124,41 @@ def test_any_bytes_the_probe_prints_give_a_number_or_no_answer(output: bytes, nu
     assert found is None or isinstance(found, int)
     if number is not None:
         assert found == number
+
+
+# --- named edges (issue 52) ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("label", "setting", "line"),
+    [
+        ("a3", "910b", "CANN_CHIP=910b: this image is built for a3 (Atlas A3, 910C; its label io.grpo-recipe.cann.chip), "
+                       "and its vllm-ascend would refuse 910b NPUs; unset CANN_CHIP, or rebuild the image with "
+                       "CANN_CHIP=910b (docker compose build npu)"),
+        ("910b", "a3", "CANN_CHIP=a3: this image is built for 910b (Atlas A2, 910B; its label io.grpo-recipe.cann.chip), "
+                       "and its vllm-ascend would refuse a3 NPUs; unset CANN_CHIP, or rebuild the image with "
+                       "CANN_CHIP=a3 (docker compose build npu)"),
+        ("a3", "a3", None),  # the label and the setting agree
+        ("910b", "910b", None),
+        ("a3", None, None),  # no setting: the label decides
+    ],
+)  # fmt: skip
+def test_cann_chip_against_the_images_label(label: str, setting: str | None, line: str | None) -> None:
+    from recipe.chip import CHIP_LABEL, chip_setting_problem
+
+    labels = {CHIP_LABEL: label, "other.label": "x"}
+    assert chip_setting_problem(labels, setting) == line  # type: ignore[arg-type]
+    assert assumed_chip(labels, setting) == (label, f"the image's label {CHIP_LABEL}={label}")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("printed", "number"), [("0\n", 0), ("252\n", 252), (f"{chip.MAX_SOC_VERSION}\n", chip.MAX_SOC_VERSION),
+                                                 (f"{chip.MAX_SOC_VERSION + 1}\n", None), ("warning\n  \n", None)])  # fmt: skip
+def test_the_soc_version_is_read_within_its_bounds(monkeypatch: pytest.MonkeyPatch, printed: str, number: int | None) -> None:
+    """The probe's last line, 0 and MAX_SOC_VERSION included; past that, or no digits, is no answer (no process starts)."""
+    import subprocess
+
+    def answered(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 0, stdout=f"CANN says hello\n{printed}", stderr="")
+
+    monkeypatch.setattr(chip.subprocess, "run", answered)
+    assert chip.node_soc_version("python") == number

@@ -113,3 +113,59 @@ def test_plan_takes_new_keys_under_free_form_nodes() -> None:
         "+ray_kwargs.ray_init.runtime_env.env_vars.MY_OWN_VARIABLE=1",
         "+actor_rollout_ref.rollout.engine_kwargs.vllm.some_new_option=1"])  # fmt: skip
     assert "+ray_kwargs.ray_init.runtime_env.env_vars.MY_OWN_VARIABLE=1" in plan.overrides
+
+
+# --- a hand-made config: each edge of the walk, named (issue 52) -------------------------------------------------
+
+CONFIG: dict[Any, Any] = {
+    "trainer": {"total_training_steps": 1, "logger": ["console"], "n_gpus_per_node": 8},
+    "actor": {"optim": {"lr": 1e-6, "lr_warmup_steps": 0}, 0: "a key that is no name"},
+    "data": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("trainer.total_training_steps", None),  # every component exists
+        ("trainer", None),
+        ("trainer.total_traning_steps", "trainer.total_training_steps"),  # the last component
+        ("trainr.total_training_steps", "trainer.total_training_steps"),  # the first, the rest kept as written
+        ("Trainer.anything.below", "trainer.anything.below"),
+        ("actor.optim.lrr", "actor.optim.lr"),  # a sibling that is not a string (0) is no candidate, and no crash
+        ("actor.optimm.lr", "actor.optim.lr"),
+        ("actor.optim.lr.deeper", None),  # past a leaf: verl's own error says why
+        ("trainer.logger.x", None),  # a list is no node of keys
+        ("data.path", None),  # a null node
+        ("trainer.my_own_option", None),  # a new key like none of its siblings
+        ("actor.optim.lo", None),  # too short to be a slip of lr
+    ],
+)
+def test_key_typo_walks_the_config_to_the_first_missing_component(key: str, meant: str | None) -> None:
+    assert key_typo(key, CONFIG) == meant
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("actor.optim.lrr=2e-6", "override 'actor.optim.lrr=2e-6': verl's config has no actor.optim.lrr; did you mean actor.optim.lr?"),
+        ("+actor.optim.lrr=2e-6", "override '+actor.optim.lrr=2e-6': verl's config has no actor.optim.lrr; did you mean "
+                                  "actor.optim.lr? (`+` adds a key that verl never reads)"),
+        ("++trainr.logger=[a]", "override '++trainr.logger=[a]': verl's config has no trainr.logger; did you mean "
+                                "trainer.logger? (`+` adds a key that verl never reads)"),
+    ],
+)  # fmt: skip
+def test_a_typo_is_refused_with_its_exact_line(text: str, line: str) -> None:
+    assert typo_problems([text], CONFIG, hydra_override_parser()) == {text: line}
+
+
+def test_what_is_not_checked_for_a_typo_passes() -> None:
+    """A deletion, a group or package override, a key with `/`, text Hydra cannot parse (refused elsewhere, saying
+    why), and real keys: no line here. Each of the others is still judged."""
+    texts = ["~trainer.total_traning_steps", "trainr@pkg=x", "train/er=y", "actor.optim.lrr='unclosed", "trainer.logger=[a]",
+             "+trainer.new_option=1", "actor.optim.lrr=1", "trainer.n_gpus_per_nodes=2"]  # fmt: skip
+    assert typo_problems(texts, CONFIG, hydra_override_parser()) == {
+        "actor.optim.lrr=1": "override 'actor.optim.lrr=1': verl's config has no actor.optim.lrr; did you mean actor.optim.lr?",
+        "trainer.n_gpus_per_nodes=2": "override 'trainer.n_gpus_per_nodes=2': verl's config has no trainer.n_gpus_per_nodes; "
+                                      "did you mean trainer.n_gpus_per_node?",
+    }  # fmt: skip

@@ -231,3 +231,84 @@ def test_the_plan_warns_of_unused_devices_from_what_it_detected(tmp_path: Path, 
     # The smoke profile runs on one device by design: no warning there.
     smoke = build_plan(settings_of(PROFILE="smoke", DEVICE="gpu", CHECKPOINT_DIR=str(tmp_path)), {})
     assert not any(line.startswith("NDEVICES_PER_NODE=") for line in smoke.warnings), smoke.warnings
+
+
+# --- named edges (issue 52) -------------------------------------------------------------------------------------------
+
+GROUP_LINE = (
+    "ROLLOUT_N=1 (actor_rollout_ref.rollout.n=1): GRPO's baseline is the mean reward of each prompt's group, "
+    "and a group of one has none: verl then takes each raw reward as its advantage (no baseline, no "
+    "normalisation); set ROLLOUT_N to 2 or more (5 by default)"
+)
+
+
+@pytest.mark.parametrize("n", ["1", " 1 "])
+def test_a_group_of_one_is_said_word_for_word(n: str) -> None:
+    from recipe.plan_warnings import group_warning
+
+    assert group_warning(["algorithm.adv_estimator=grpo", f"actor_rollout_ref.rollout.n={n}"]) == GROUP_LINE
+
+
+def test_four_prepared_datasets_name_the_first_three_in_order(tmp_path: Path) -> None:
+    found = [_prepared(tmp_path, name) for name in ("math", "gsm8k", "aime", "hellaswag")]
+    first_three = sorted(found)[:3]
+    assert data_warning(settings_of(DATA_DIR=str(tmp_path)), []) == (
+        f"TRAIN_FILES='{tmp_path}/geo3k/train.parquet' does not exist, but prepare-data wrote "
+        f"{first_three[0]}, {first_three[1]}, {first_three[2]}: set TRAIN_FILES (and VAL_FILES) to the dataset to train on"
+    )
+
+
+def test_without_hydra_a_logger_value_is_read_as_the_one_name_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`plan` on a laptop without verl: the recipe's own logger value is taken as written, never lost."""
+    from recipe import plan_warnings as module
+
+    monkeypatch.setattr(module, "hydra_override_parser", lambda: None)
+    assert module.logger_names("wandb") == ["wandb"]
+    assert module.logger_names("[console,tensorboard]") == ["[console,tensorboard]"]
+    assert wandb_warning(NO_KEY, ["trainer.logger=wandb"], {}) == WANDB_LINE
+
+
+@pytest.mark.parametrize("mode", ["offline", " Offline ", "DISABLED", "dryrun"])
+def test_each_keyless_wandb_mode_in_any_case_is_silent(mode: str) -> None:
+    assert wandb_warning(NO_KEY, ["trainer.logger=wandb"], {"WANDB_MODE": mode}) is None
+
+
+@pytest.mark.parametrize("mode", ["", "   ", "online", "run"])
+def test_an_empty_blank_or_online_wandb_mode_still_warns(mode: str) -> None:
+    assert wandb_warning(NO_KEY, ["trainer.logger=wandb"], {"WANDB_MODE": mode}) == WANDB_LINE
+
+
+# --- routing replay ---------------------------------------------------------------------------------------------------
+
+REPLAY = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
+REPLAY_MODE = "actor_rollout_ref.actor.megatron.router_replay.mode"
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    ([], None),  # the recipe leaves both off
+    ([f"{REPLAY}=False", f"{REPLAY_MODE}=disabled"], None),  # verl's own defaults, written out
+    ([f"{REPLAY_MODE}=null"], None),
+    ([f"{REPLAY}=True"], f"{REPLAY}=True"),
+    ([f"{REPLAY}=true", f"{REPLAY_MODE}=R3"], f"{REPLAY}=true, {REPLAY_MODE}=R3"),
+    ([f"{REPLAY_MODE}='R2'"], f"{REPLAY_MODE}=R2"),  # R2 records in the trainer: still unproven here
+    ([f"{REPLAY}=True", f"{REPLAY}=False"], None),  # the last override wins, as in Hydra
+])  # fmt: skip
+def test_routing_replay_turned_on_is_named_with_why_it_is_unproven(overrides: list[str], named: str | None) -> None:
+    from recipe.plan_warnings import routing_replay_warning
+
+    line = routing_replay_warning(overrides)
+    if named is None:
+        assert line is None
+    else:
+        assert line == (f"{named}: routing replay is not proven by the recipe's tests (vLLM on CPU, which its e2e runs, "
+                        "cannot return the experts it routed to); on gpu, vLLM 0.24.0 returns all-zero routes without an "
+                        "error where it picks FlashInfer's MoE kernel (Blackwell, vllm#44214); docs/health.md, Routing "
+                        "replay")  # fmt: skip
+
+
+def test_routing_replay_after_the_double_dash_reaches_the_plan_as_a_warning(tmp_path: Path) -> None:
+    """Through build_plan, the keys checked against verl's own config first (both are verl 0.9.1's)."""
+    plan = build_plan(settings_of(PROFILE="smoke", DEVICE="gpu", CHECKPOINT_DIR=str(tmp_path)), {},
+                      [f"{REPLAY}=True", f"{REPLAY_MODE}=R3"])  # fmt: skip
+    [line] = [line for line in plan.warnings if "routing replay" in line]
+    assert line.startswith(f"{REPLAY}=True, {REPLAY_MODE}=R3: routing replay is not proven")

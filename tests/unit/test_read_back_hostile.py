@@ -222,3 +222,198 @@ def test_read_json_of_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(FileRefused, match="not a regular file"):
         read_json(tmp_path / "fifo", 1024)
+
+
+# --- read_back's own lines and options, named (issue 52) --------------------------------------------------------
+
+
+def _linked(tmp_path: Path, content: bytes) -> Path:
+    """A symlink to a regular file holding `content` (how a config or record is often placed)."""
+    (tmp_path / "real").write_bytes(content)
+    (tmp_path / "link").symlink_to("real")
+    return tmp_path / "link"
+
+
+def test_every_reader_follows_a_link_by_default_and_refuses_it_when_told(tmp_path: Path) -> None:
+    from recipe.read_back import read_file, read_prefix
+
+    link = _linked(tmp_path, b'{"a": 1}')
+    assert read_file(link, 100) == b'{"a": 1}'
+    assert read_json(link, 100) == {"a": 1}
+    assert read_prefix(link, 4) == b'{"a"'
+    loop = f"{link}: cannot be opened (Too many levels of symbolic links)"
+    for read in (lambda: read_file(link, 100, follow=False), lambda: read_json(link, 100, follow=False),
+                 lambda: read_prefix(link, 4, follow=False)):  # fmt: skip
+        with pytest.raises(FileRefused) as refused:
+            read()
+        assert str(refused.value) == loop
+
+
+def test_a_missing_file_is_named_with_the_os_reason(tmp_path: Path) -> None:
+    from recipe.read_back import read_file, read_prefix
+
+    missing = tmp_path / "gone.json"
+    for read in (lambda: read_file(missing, 10), lambda: read_json(missing, 10), lambda: read_prefix(missing, 10)):
+        with pytest.raises(FileRefused) as refused:
+            read()
+        assert str(refused.value) == f"{missing}: cannot be opened (No such file or directory)"
+
+
+@pytest.mark.parametrize(("error", "reason"), [(OSError(5, "Input/output error"), "Input/output error"), (OSError(), "OSError")])
+def test_an_os_error_without_its_text_is_named_by_its_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: OSError, reason: str
+) -> None:
+    """A failure to open or read (a disk error; an OSError whose strerror is None) is one line naming the cause."""
+    from recipe import read_back
+
+    (tmp_path / "f").write_bytes(b"abc")
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    with monkeypatch.context() as patch:
+        patch.setattr(read_back.os, "read", failing)
+        for read in (read_back.read_file, read_back.read_prefix):
+            with pytest.raises(FileRefused) as refused:
+                read(tmp_path / "f", 10)
+            assert str(refused.value) == f"{tmp_path / 'f'}: cannot be read ({reason})"
+    with monkeypatch.context() as patch:
+        patch.setattr(read_back.os, "open", failing)
+        for read in (read_back.read_file, read_back.read_prefix):
+            with pytest.raises(FileRefused) as refused:
+                read(tmp_path / "f", 10)
+            assert str(refused.value) == f"{tmp_path / 'f'}: cannot be opened ({reason})"
+
+
+def test_a_file_that_grows_after_its_check_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked at 10 bytes, written past its 16-byte bound before the read: never read past the bound."""
+    from recipe import read_back
+
+    path = tmp_path / "growing.json"
+    path.write_bytes(b"0123456789")
+    checked = os.fstat
+
+    def check_then_grow(fd: int) -> os.stat_result:
+        info = checked(fd)
+        with open(path, "ab") as handle:
+            handle.write(b"x" * 100)
+        return info
+
+    monkeypatch.setattr(read_back.os, "fstat", check_then_grow)
+    with pytest.raises(FileRefused) as refused:
+        read_back.read_file(path, 16)
+    assert str(refused.value) == f"{path}: more than 16 B"
+
+
+def test_read_prefix_reads_exactly_its_size_across_chunks(tmp_path: Path) -> None:
+    from recipe.read_back import CHUNK, read_prefix
+
+    content = bytes(range(256)) * (3 * CHUNK // 256)  # three chunks
+    path = tmp_path / "big"
+    path.write_bytes(content)
+    for size in (0, 1, 4, CHUNK - 1, CHUNK, CHUNK + 10, 2 * CHUNK + 1, len(content), len(content) + 5):
+        assert read_prefix(path, size) == content[:size], size
+
+
+@pytest.mark.parametrize(
+    ("text", "constants", "line"),
+    [
+        ('{"x": NaN}', False, "w: not JSON: NaN is not JSON"),
+        ("[Infinity]", False, "w: not JSON: Infinity is not JSON"),
+        ("-Infinity", False, "w: not JSON: -Infinity is not JSON"),
+        ("9" * 5000, False, "w: not JSON: a number of more than 4,300 digits"),
+        ("9" * 5000, True, "w: not JSON: a number of more than 4,300 digits"),
+        ("{", False, "w: not JSON (Expecting property name enclosed in double quotes, line 1 column 2)"),
+        (b"[1, \xff]", False, "w: not UTF-8 text (byte 4)"),
+        ("[" * 200_000 + "]" * 200_000, False, "w: nested too deep to be read"),
+    ],
+)
+def test_parse_json_refuses_with_its_exact_line(text: str | bytes, constants: bool, line: str) -> None:
+    with pytest.raises(FileRefused) as refused:
+        parse_json(text, "w", constants=constants)
+    assert str(refused.value) == line
+
+
+def test_nan_and_infinity_are_taken_only_when_asked(tmp_path: Path) -> None:
+    """verl's metrics log holds NaN (constants=True); every other file is strict JSON."""
+    import math
+
+    with pytest.raises(FileRefused, match="^w: not JSON: NaN is not JSON$"):
+        parse_json("[NaN]", "w")  # strict unless told
+    value = parse_json('{"x": NaN, "y": Infinity}', "w", constants=True)
+    assert math.isnan(value["x"]) and value["y"] == math.inf
+    path = tmp_path / "metrics.json"
+    path.write_text("[NaN]")
+    assert math.isnan(read_json(path, 100, constants=True)[0])
+    with pytest.raises(FileRefused) as refused:
+        read_json(path, 100)
+    assert str(refused.value) == f"{path}: not JSON: NaN is not JSON"
+
+
+# --- numbers' bounds and lines, named (issue 52) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "low", "high", "number"),
+    [("42", 0, 100, 42), (b" 42\n", 0, 100, 42), ("-7", -7, 0, -7), ("+1_000", 0, 1000, 1000), (0, 0, 5, 0), (5, 0, 5, 5),
+     ("9" * MAX_DIGITS, 0, 10**MAX_DIGITS, 10**MAX_DIGITS - 1), (2**300, 0, 2**300, 2**300)],
+)  # fmt: skip
+def test_whole_number_takes_its_bounds_and_at_most_max_digits(value: Any, low: int, high: int, number: int) -> None:
+    assert whole_number(value, low, high, "x") == number
+
+
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        (True, "x=True: must be a whole number, not true/false"),
+        (1.0, "x=1.0: must be a whole number"),
+        (None, "x=None: must be a whole number"),
+        ("9" * (MAX_DIGITS + 1), f"x='{'9' * (MAX_DIGITS + 1)}': must be a whole number of at most {MAX_DIGITS} digits"),
+        ("1.5", f"x='1.5': must be a whole number of at most {MAX_DIGITS} digits"),
+        (b"\xff1", f"x=b'\\xff1': must be a whole number of at most {MAX_DIGITS} digits"),  # not ASCII: never a crash
+        ("   ", f"x='   ': must be a whole number of at most {MAX_DIGITS} digits"),  # whitespace only
+        # A repr of exactly 40 characters is shown whole; one more is cut to 37 and "...".
+        ("a" * 38, f"x='{'a' * 38}': must be a whole number of at most {MAX_DIGITS} digits"),
+        ("a" * 39, f"x='{'a' * 36}...: must be a whole number of at most {MAX_DIGITS} digits"),
+        (-1, "x=-1: must be between 0 and 10"),
+        (11, "x=11: must be between 0 and 10"),
+        ("11", "x=11: must be between 0 and 10"),
+        # A 256-bit integer is still shown by its digits (cut); past 256 bits, by its size.
+        (2**255, "x=5789604461865809771178549250434395392...: must be between 0 and 10"),
+        (2**256, "x=<a 257-bit integer>: must be between 0 and 10"),
+    ],
+)
+def test_whole_number_refuses_with_its_exact_line(value: Any, line: str) -> None:
+    with pytest.raises(NumberRefused) as refused:
+        whole_number(value, 0, 10, "x")
+    assert str(refused.value) == line
+
+
+@pytest.mark.parametrize(("value", "number"), [(0, 0.0), (1.5, 1.5), (-1.5, -1.5), (1, 1.0), (-1, -1.0)])
+def test_real_number_takes_its_bounds(value: Any, number: float) -> None:
+    assert real_number(value, -1.5, 1.5, "x") == number
+    assert finite_or_none(value) == number
+
+
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        ("1", "x='1': must be a number"),
+        (False, "x=False: must be a number"),
+        (None, "x=None: must be a number"),
+        (10**400, "x=<a 1329-bit integer>: beyond any float"),
+        (float("nan"), "x=nan: must be finite"),
+        (float("-inf"), "x=-inf: must be finite"),
+        (1.5000001, "x=1.5000001: must be between -1.5 and 1.5"),
+        (-2, "x=-2.0: must be between -1.5 and 1.5"),
+    ],
+)
+def test_real_number_refuses_with_its_exact_line(value: Any, line: str) -> None:
+    with pytest.raises(NumberRefused) as refused:
+        real_number(value, -1.5, 1.5, "x")
+    assert str(refused.value) == line
+
+
+def test_finite_or_none_takes_any_finite_number_and_nothing_else() -> None:
+    assert finite_or_none(-1e300) == -1e300 and finite_or_none(1e300) == 1e300 and finite_or_none(-3) == -3.0
+    assert [finite_or_none(v) for v in (float("inf"), float("-inf"), float("nan"), True, "1", None, 10**400)] == [None] * 7

@@ -150,7 +150,7 @@ MODULES = {
     "worker_setup": [f"{U}/test_worker_setup.py"],
 }
 #: What the tests read besides the code.
-ALSO_COPY = ["tests/", "recipe/", "README.md", "pyproject.toml", "docs/", "docker/", "entrypoint.py", "k8s/", ".env.example"]
+ALSO_COPY = ["tests/", "recipe/", "README.md", "pyproject.toml", "docs/", "docker/", "entrypoint.py", "k8s/", ".env.example", "compose.yaml"]
 
 
 class NotMeasured(Exception):

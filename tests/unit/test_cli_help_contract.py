@@ -65,3 +65,60 @@ def test_the_command_list_says_what_the_tool_is_and_what_plan_and_run_do() -> No
 def test_a_commands_help_describes_it_under_the_usage(command: str) -> None:
     description = _help(command).split("\n\n", 2)[1]
     assert not description.startswith("options:") and len(description.split()) >= 20
+
+
+def _words(text: str) -> str:
+    """The help as a reader reads it: the words in order, whatever the terminal's width wrapped."""
+    return " ".join(text.split())
+
+
+#: What each `--help` tells its reader, word for word: what the tool or command does, with which settings, each
+#: option and exit code (README's "Commands" and the module docstring say the same in short).
+HELP_TEXT = {
+    (): (
+        "usage: entrypoint.py [-h] [--version] COMMAND ... "
+        "GRPO training of Qwen3.5-35B-A3B with verl + Megatron-Bridge on gpu or npu. Settings come from environment "
+        "variables (see README). positional arguments: COMMAND "
+        "plan print the checked launch plan (no accelerator needed) "
+        "run check the machine, then run the trainer "
+    ),
+    ("plan",): (
+        "usage: entrypoint.py plan [--json] [-- key=value ...] "
+        "Read the settings from the environment, check them against the model's config.json (or the built-in "
+        "profile) and the device's layout rules, compose the trainer's Hydra overrides against the installed verl, "
+        "and print the layout, where each value came from and the exact trainer command. Starts nothing and writes "
+        "nothing. Extra Hydra overrides for verl go in the OVERRIDES setting (the way that works on every path: "
+        "Compose, the Job, the RayJob) or after `--`; for a key in both, `--` wins. "
+        "options: -h, --help show this help message and exit --json one JSON document on stdout "
+        "exit codes: 0 the plan is valid (printed) 2 bad settings or overrides: one `error:` line each on stderr "
+        "example: TP=4 EP=8 python entrypoint.py plan "
+        "python entrypoint.py plan --json -- actor_rollout_ref.actor.optim.lr=2e-6"
+    ),
+    ("run",): (
+        "usage: entrypoint.py run [--progress | --no-progress] [-- key=value ...] "
+        "Everything `plan` checks, then the machine: devices visible, the model's config.json, readable data files, "
+        "a writable checkpoint directory, the trainer's packages and a sound HF export to resume from. Then "
+        "`python -m recipe.trainer_main` (verl's GRPO trainer) runs with the plan's overrides, then the user's Hydra "
+        "overrides (key=value, +key=value, ~key): OVERRIDES' first, then those after `--`; an override replaces the "
+        "recipe's value for the same key. With NNODES > 1 it starts or joins the Ray cluster first. "
+        "options: -h, --help show this help message and exit --progress, --no-progress "
+        "one `progress:` line per training step (step of total, mean reward, s/step and its split into verl's "
+        "phases, tokens/s/device, the rollout/training KL, ETA), read from verl's TensorBoard event files; "
+        "default: PROGRESS (on) "
+        "exit codes: 0 the trainer finished 1 the trainer's own exit code otherwise (1 and others) "
+        "2 bad settings, overrides or machine: nothing was started "
+        "3 the Ray cluster did not form in RAY_WAIT_TIMEOUT, or a node was lost during the run (a restart resumes "
+        "from the last save) "
+        "4 PROFILE=smoke: the trainer finished, but the smoke verdict failed (the block says which check) "
+        "example: python entrypoint.py run -- actor_rollout_ref.actor.optim.lr=2e-6 trainer.total_training_steps=100"
+    ),
+}
+
+
+@pytest.mark.parametrize("argv", sorted(HELP_TEXT), ids=lambda argv: " ".join(argv) or "entrypoint.py")
+def test_the_help_says_word_for_word_what_the_command_does(argv: tuple[str, ...]) -> None:
+    """The settings it reads (OVERRIDES, PROGRESS, RAY_WAIT_TIMEOUT, NNODES, PROFILE), its options and exit codes: a
+    changed word is a changed promise. The command list goes on with the commands of other modules (their own tests)."""
+    assert _words(_help(*argv)).startswith(_words(HELP_TEXT[argv]))
+    if argv:
+        assert _words(_help(*argv)) == _words(HELP_TEXT[argv])

@@ -315,6 +315,18 @@ def test_without_arguments_main_reads_the_process_command_line(monkeypatch: pyte
     assert left.value.code == 0 and capsys.readouterr().out == f"grpo-recipe {__version__}\n"
 
 
+def test_the_programs_start_exits_with_mains_status(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """entrypoint.py, `python -m recipe` and the `grpo-recipe` script: the process ends with main's status (here a
+    normal exit: no Ray core in this process, or os._exit would end pytest too)."""
+    from recipe import process_exit
+
+    monkeypatch.setattr(process_exit, "ray_core_loaded", lambda: False)
+    monkeypatch.setattr(cli.sys, "argv", ["entrypoint.py", "--version"])
+    with pytest.raises(SystemExit) as left:
+        cli.console_main()
+    assert left.value.code == 0 and capsys.readouterr() == (f"grpo-recipe {__version__}\n", "")
+
+
 def test_the_parser_is_the_entrypoints(capsys: pytest.CaptureFixture[str]) -> None:
     parser = cli._parser()
     assert parser.prog == "entrypoint.py"

@@ -106,6 +106,37 @@ def test_replay_takes_one_record_path_and_a_format_and_documents_its_exit_codes(
     assert "usage: entrypoint.py replay [-h] [--format {shell,env-file}] RECORD" in help_text
 
 
+#: `replay --help`, word for word: what it reads and prints, which reader each format is for, its exit codes.
+REPLAY_HELP = (
+    "usage: entrypoint.py replay [-h] [--format {shell,env-file}] RECORD "
+    "Read RECORD (a run-record.json that `run` wrote to the checkpoint root or a global_step_N, or the directory "
+    "holding one) and print its settings, secrets never included, as a file for one reader, so that `plan` with "
+    "them gives the record's trainer command; the extra overrides it ran with follow as a comment. Each value is "
+    "written so that its reader gets it back exactly; a value the env-file cannot hold (a newline) is left out of "
+    "it as a comment naming the setting, and said on stderr. Then compare the inputs the record names (data files, "
+    "the model's files, the framework versions) with what is there now: one `replay:` line on stderr for each that "
+    "changed. "
+    "positional arguments: RECORD "
+    "options: -h, --help show this help message and exit --format {shell,env-file} "
+    "the reader the file is for: shell (the default) for bash and dash: `set -a; . ./replay.sh; set +a`; "
+    "env-file for `docker run --env-file`, or Compose's `env_file:` with `format: raw`; never for a shell nor .env "
+    "exit codes: 0 printed (changes and values left out, if any, on stderr) 2 RECORD is not a readable run record "
+    "example: entrypoint.py replay /checkpoints/p/e/global_step_40 > replay.sh "
+    "entrypoint.py replay --format env-file /checkpoints/p/e/global_step_40 > replay.env"
+)
+
+
+def test_the_help_says_word_for_word_what_replay_reads_and_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # no wrap: argparse would break `env-file` at its hyphen
+    parser = argparse.ArgumentParser(prog="entrypoint.py")
+    commands = parser.add_subparsers(dest="command")
+    add_replay_parser(commands)
+    assert " ".join(commands.choices["replay"].format_help().split()) == REPLAY_HELP
+    # The command list of `entrypoint.py --help`.
+    listed = "replay print a stored run record's settings as a shell file or an env-file, and which inputs changed since"
+    assert listed in " ".join(parser.format_help().split())
+
+
 def test_an_unknown_format_is_refused_by_the_parser() -> None:
     parser = argparse.ArgumentParser(prog="entrypoint.py")
     add_replay_parser(parser.add_subparsers(dest="command"))
@@ -325,6 +356,24 @@ def test_a_setting_that_is_no_scalar_is_exit_2_and_prints_nothing(tmp_path: Path
     # The record's schema refuses it first (record_file); replay_lines refuses it too, above.
     assert (code, out) == (2, "") and err.startswith(f"error: RECORD={str(path)!r}: ") and err.count("\n") == 1
     assert "EXPERIMENT_NAME" in err
+
+
+@pytest.mark.parametrize("form", FORMATS)
+def test_a_record_replay_cannot_write_is_one_error_line_even_past_the_schema(
+    tmp_path: Path, form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second guard: a record the reader passed (a looser schema, a later version) whose setting is a list is
+    still refused by the writer, on one stderr line naming it, with nothing on stdout."""
+    from recipe import replay
+
+    path = _write_record(tmp_path, settings={"SEED": 3})
+    record = replay.read_record(path)
+    assert record is not None
+    record["settings"]["EXPERIMENT_NAME"] = ["my", "run"]
+    monkeypatch.setattr(replay, "read_record", lambda _: record)
+    assert _replay(path, now={}, form=form) == (
+        2, "", f"error: RECORD={str(path)!r}: EXPERIMENT_NAME: a list in the record, not a setting's value\n"
+    )
 
 
 def test_stdout_is_utf_8_whatever_the_locale(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:

@@ -13,8 +13,9 @@ from recipe.smoke import reward
 
 @pytest.mark.parametrize(
     ("response", "score"),
-    [("", 0.0), ("abc", 0.0), ("42", 1.0), ("#### 12", 2 / 7), ("1 + 1 = 2", 3 / 9), ("٣", 1.0)],  # an Arabic-Indic digit is a digit
-)
+    [("", 0.0), ("abc", 0.0), ("42", 1.0), ("#### 12", 2 / 7), ("1 + 1 = 2", 3 / 9), ("٣", 1.0),  # an Arabic-Indic digit is a digit
+     ("   \n\t", 0.0), ("7 \n", 1 / 3)],  # whitespace only is no digit, and whitespace counts in the length (issue 52)
+)  # fmt: skip
 def test_the_score_is_the_share_of_digits(response: str, score: float) -> None:
     assert reward.compute_score("openai/gsm8k", response, "2") == pytest.approx(score)
 

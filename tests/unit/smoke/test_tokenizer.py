@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -97,6 +98,17 @@ def test_the_byte_alphabet_is_gpt2s(tokenizer: Any) -> None:
     }
 
 
+def test_the_saved_files_tell_every_reader_not_to_clean_up_spaces(tokenizer: Any, tmp_path: Path) -> None:
+    """transformers 4 (and any reader of tokenizer_config.json that honours it) cleans up decoded text when the flag
+    is true or unset, gluing " ," and " 's" back; transformers 5 ignores it for BPE. The saved files say false."""
+    import json
+
+    tokenizer.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["clean_up_tokenization_spaces"] is False
+    assert tokenizer.clean_up_tokenization_spaces is False
+
+
 def test_the_context_length_is_the_models(tokenizer: Any) -> None:
     from recipe.smoke.tokenizer import shipped_model_config
 
@@ -117,3 +129,13 @@ def test_a_vocabulary_too_small_for_the_special_tokens_is_refused(monkeypatch: p
     monkeypatch.setattr(module, "vocab_size", lambda: 270)
     with pytest.raises(ValueError, match=r"^vocab_size 270 is too small for 256 bytes, the special tokens and the text tokens$"):
         special_tokens()
+
+
+def test_a_special_token_listed_twice_is_refused_as_a_size_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tokenizer keeps one copy of a repeated token, so it would come out one short of the embedding table, which
+    vLLM and Megatron-Bridge refuse far later: the build says so at once, with both sizes."""
+    from recipe.smoke import tokenizer as module
+
+    monkeypatch.setattr(module, "QWEN_SPECIAL_TOKENS", (*QWEN_SPECIAL_TOKENS, "<|im_end|>"))
+    with pytest.raises(RuntimeError, match=r"^tokenizer has 383 tokens, the model 384$"):
+        module.build_tokenizer()

@@ -31,6 +31,7 @@ from recipe.smoke.verdict import (
     MetricsError,
     Verdict,
     judge_export,
+    judge_images,
     judge_metrics,
     read_metrics,
     smoke_verdict,
@@ -232,6 +233,41 @@ def test_a_malformed_line_is_named_by_file_and_line(content: str, line: int, pro
     assert str(raised.value) == f"{path}:{line}: {problem}"
 
 
+def test_nan_and_infinity_as_pythons_json_writes_them_are_kept(tmp_path: Path) -> None:
+    """verl's file logger writes a NaN loss as `NaN`: it is the run's own verdict (a failed check), not a bad line."""
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"step": 1, "data": {"loss": NaN, "up": Infinity, "down": -Infinity}}\n')
+    metrics = read_metrics(path)
+    assert math.isnan(metrics[1]["loss"]) and metrics[1]["up"] == math.inf and metrics[1]["down"] == -math.inf
+
+
+def test_a_line_nested_too_deep_is_named_by_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"step": 1, "data": {}}\n' + "[" * 100_000 + "\n")
+    with pytest.raises(MetricsError) as raised:
+        read_metrics(path)
+    assert str(raised.value) == f"{path}:2: nested too deep to be read"
+
+
+@pytest.mark.parametrize(
+    ("step", "problem"),
+    [(-1, "step=-1: must be between 0 and 1000000000"), (10**9 + 1, "step=1000000001: must be between 0 and 1000000000")],
+)
+def test_a_step_out_of_any_runs_range_is_named_by_file_and_line(step: int, problem: str, tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text(lines({"step": 0, "data": {"a": 1}}, {"step": 10**9, "data": {}}, {"step": step, "data": {}}))
+    with pytest.raises(MetricsError) as raised:
+        read_metrics(path)
+    assert str(raised.value) == f"{path}:3: {problem}"
+
+
+def test_step_0_and_the_last_possible_step_are_read(tmp_path: Path) -> None:
+    """verl logs its validation before training as step 0: a step, judged by no check."""
+    path = tmp_path / "m.jsonl"
+    path.write_text(lines({"step": 0, "data": {"a": 1}}, {"step": 10**9, "data": {"b": 2}}))
+    assert read_metrics(path) == {0: {"a": 1.0}, 10**9: {"b": 2.0}}
+
+
 @pytest.mark.parametrize(
     ("make", "reason"), [(lambda p: None, "No such file or directory"), (Path.mkdir, "not a regular file")]
 )
@@ -302,6 +338,16 @@ def test_a_check_without_a_hint_adds_no_hint_line() -> None:
         "  PASS  steps   1 of 1 logged  (limit: every step 1..1)",
         "  FAIL  custom  x  (limit: y)",
         "smoke: FAIL",
+    ]
+
+
+def test_a_passing_verdict_ends_with_smoke_pass() -> None:
+    verdict = Verdict((Check("steps", True, "2 of 2 logged", "every step 1..2"), Check("gradients", True, "1.49", "> 0")))
+    assert verdict.to_text().splitlines() == [
+        "smoke verdict:",
+        "  PASS  steps      2 of 2 logged  (limit: every step 1..2)",
+        "  PASS  gradients  1.49  (limit: > 0)",
+        "smoke: PASS",
     ]
 
 
@@ -483,6 +529,41 @@ def test_the_export_was_trained_when_some_shared_tensor_differs(
     assert check == Check("export was trained", passed, measured, "some tensor differs from the initial model's")
 
 
+VISUAL = "model.visual.blocks.0.attn.proj.bias"
+VISUAL_LIMIT = "some visual tensor differs from the initial model's"
+
+
+@pytest.mark.parametrize(
+    ("in_export", "passed", "measured"),
+    [
+        (lambda t: t + 1, True, f"{VISUAL} differs"),
+        (lambda t: t, False, "all 1 shared visual tensors equal the initial model's"),
+        (None, False, "no visual tensor in both the export and the initial model"),
+    ],
+)  # fmt: skip
+def test_the_vision_tower_was_trained_when_some_visual_tensor_differs(
+    in_export: Callable[[Any], Any] | None, passed: bool, measured: str, tmp_path: Path
+) -> None:
+    """The initial model has a vision tower (Qwen3.5's model.visual.*): the export's must differ from it, and an export
+    that lost its tower fails (only the vision tower is looked at: the language tensors were trained here)."""
+    torch = needs("torch", install=f"{TRAINER_EXTRA}: the export checks read tensors")
+    tower = torch.full((4,), 0.25)
+
+    def change(tensors: Tensors) -> None:
+        trained("lm_head.weight")(tensors)
+        if in_export is not None:
+            tensors[VISUAL] = in_export(tower.clone())
+
+    check = Run(tmp_path, change, COMPLETE, initial={VISUAL: tower}).checks()["vision tower was trained"]
+    assert check == Check("vision tower was trained", passed, measured, VISUAL_LIMIT)
+
+
+def test_a_model_without_a_vision_tower_has_nothing_to_check_there(tmp_path: Path) -> None:
+    check = Run(tmp_path, trained("lm_head.weight"), COMPLETE).checks()["vision tower was trained"]
+    assert check == Check("vision tower was trained", True, "the initial model has no visual tensor: nothing to check",
+                          VISUAL_LIMIT)  # fmt: skip
+
+
 @pytest.mark.parametrize("broken", ["export", "initial"])
 def test_an_unreadable_checkpoint_fails_the_trained_check_naming_the_file(broken: str, tmp_path: Path) -> None:
     run = Run(tmp_path, trained("lm_head.weight"), COMPLETE)
@@ -546,3 +627,190 @@ def test_an_export_of_the_initial_weights_fails_with_its_hint(tmp_path: Path) ->
         ),
         "smoke: FAIL",
     ]
+
+
+# --- the image check ------------------------------------------------------------------------------------------------
+
+IMAGES = "images reached the rollout"
+
+
+def prompt_lengths(tokens: list[int], image_tokens: list[int]) -> Any:
+    """The data's prompts as recipe.data.prompt_lengths counts them: each prompt's length with its image tokens."""
+    from recipe.data.prompt_lengths import PromptLengths, RowLength
+
+    return PromptLengths.of(RowLength(t, i) for t, i in zip(tokens, image_tokens))
+
+
+def images_limit(shown: str) -> str:
+    return f"prompt_length/min and prompt_length/max are the data's prompt lengths with images ({shown}) at every step"
+
+
+def prompt_steps(*ends: tuple[float, float]) -> dict[int, dict[str, float]]:
+    """Step 1, 2, ...: the shortest and the longest prompt of that step's batch."""
+    return {step: {PROMPT_MIN: low, PROMPT_MAX: high} for step, (low, high) in enumerate(ends, start=1)}
+
+
+def test_the_smoke_datas_images_reaching_every_step_pass_saying_what_was_seen() -> None:
+    assert judge_images(GOOD, 2, smoke_prompts()) == Check(
+        IMAGES, True, "4 image tokens in every prompt (prompts of 76 tokens)", images_limit("76")
+    )
+
+
+@pytest.mark.parametrize(
+    ("image_tokens", "said"),
+    [
+        ([4, 4, 4], "4 image tokens in every prompt"),
+        ([4, 0, 4], "4 image tokens in 2 of 3 prompts"),
+        ([0, 6, 4], "4 to 6 image tokens in 2 of 3 prompts"),
+        ([0, 0, 9], "9 image tokens in 1 of 3 prompts"),
+        ([9, 4, 6], "4 to 9 image tokens in every prompt"),
+    ],
+)
+def test_data_where_only_some_prompts_carry_images_says_how_many(image_tokens: list[int], said: str) -> None:
+    """Issue 52: a prompt without an image is not one with 0 image tokens, nor hidden by "every"."""
+    check = judge_images(prompt_steps((100, 130), (100, 120)), 2, prompt_lengths([100, 120, 130], image_tokens))
+    assert check == Check(IMAGES, True, f"{said} (prompts of 100, 120, 130 tokens)", images_limit("100, 120, 130"))
+
+
+@pytest.mark.parametrize(
+    ("tokens", "shown"),
+    [([5], "5"), ([7, 5, 5], "5, 7"), ([9, 7, 5], "5, 7, 9"), ([11, 9, 7, 5], "5, 7, 9 ..."), ([5, 6, 7, 8, 9], "5, 6, 7 ...")],
+)
+def test_the_limit_names_the_three_shortest_lengths_and_dots_for_more(tokens: list[int], shown: str) -> None:
+    check = judge_images(prompt_steps((5, 5)), 1, prompt_lengths(tokens, [4] * len(tokens)))
+    assert check == Check(IMAGES, True, f"4 image tokens in every prompt (prompts of {shown} tokens)", images_limit(shown))
+
+
+def test_steps_outside_the_run_are_not_judged_for_images() -> None:
+    """Issue 52: verl's validation at step 0, a step past the plan's last, and (resumed after step 1) the step
+    before this run's first carry no prompts of this run: wrong lengths there neither fail nor count."""
+    wrong = {PROMPT_MIN: 1.0, PROMPT_MAX: 1.0}
+    data = prompt_lengths([100, 120], [4, 0])
+    passed = Check(IMAGES, True, "4 image tokens in 1 of 2 prompts (prompts of 100, 120 tokens)", images_limit("100, 120"))
+    assert judge_images({0: wrong, **prompt_steps((100, 120), (120, 120)), 3: wrong}, 2, data) == passed
+    assert judge_images({1: wrong, 2: {PROMPT_MIN: 100.0, PROMPT_MAX: 120.0}}, 2, data, first=2) == passed
+    # The same steps inside the run fail.
+    assert judge_images({1: wrong, 2: {PROMPT_MIN: 100.0, PROMPT_MAX: 120.0}}, 2, data) == Check(
+        IMAGES, False, "step 1: 1 to 1 tokens", images_limit("100, 120")
+    )
+    assert judge_images({**prompt_steps((100, 120), (120, 120)), 3: wrong}, 3, data).measured == "step 3: 1 to 1 tokens"
+
+
+@pytest.mark.parametrize(
+    ("ends", "measured"),
+    [
+        # Either end alone off the data's lengths fails: a batch with one prompt whose image was dropped.
+        ({PROMPT_MIN: 96.0, PROMPT_MAX: 120.0}, "step 2: 96 to 120 tokens"),
+        ({PROMPT_MIN: 100.0, PROMPT_MAX: 124.0}, "step 2: 100 to 124 tokens"),
+        ({PROMPT_MIN: 100.5, PROMPT_MAX: 120.0}, "step 2: 100.5 to 120 tokens"),
+        # Either end not logged.
+        ({PROMPT_MIN: 100.0}, "step 2: not logged"),
+        ({PROMPT_MAX: 120.0}, "step 2: not logged"),
+        ({}, "step 2: not logged"),
+    ],
+)
+def test_a_step_whose_prompt_ends_are_not_the_datas_fails_naming_it(ends: dict[str, float], measured: str) -> None:
+    metrics = {1: {PROMPT_MIN: 100.0, PROMPT_MAX: 120.0}, 2: ends}
+    check = judge_images(metrics, 2, prompt_lengths([100, 120], [4, 4]))
+    assert check == Check(IMAGES, False, measured, images_limit("100, 120"))
+
+
+def test_every_failing_step_is_named_in_order() -> None:
+    metrics = {1: {PROMPT_MIN: 96.0, PROMPT_MAX: 96.0}, 2: {PROMPT_MIN: 100.0, PROMPT_MAX: 100.0}, 3: {}}
+    check = judge_images(metrics, 3, prompt_lengths([100], [4]))
+    assert check == Check(IMAGES, False, "step 1: 96 to 96 tokens; step 3: not logged", images_limit("100"))
+
+
+def test_text_only_data_passes_with_nothing_to_check_and_uncountable_data_fails_saying_why() -> None:
+    wrong = prompt_steps((1, 1))
+    assert judge_images(wrong, 1, prompt_lengths([120, 130], [0, 0])) == Check(
+        IMAGES, True, "the training data have no images: nothing to check", "none"
+    )
+    assert judge_images(wrong, 1, "OSError: no processor") == Check(
+        IMAGES, False, "the data's prompts cannot be counted: OSError: no processor", "every step's prompts have images"
+    )
+
+
+def test_the_verdict_judges_the_images_after_the_metrics(tmp_path: Path) -> None:
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(lines(*({"step": step, "data": data} for step, data in GOOD.items())))
+    checks = smoke_verdict(metrics, 2, tmp_path / "none", tmp_path / "model", "OSError: no processor").checks
+    assert [check.name for check in checks] == ["steps", *METRIC_CHECKS, IMAGES, "HF export"]
+    assert checks[4] == judge_images(GOOD, 2, "OSError: no processor")
+
+
+def test_a_resumed_verdict_judges_only_the_steps_it_trained(tmp_path: Path) -> None:
+    """Resumed after step 1: a bad step 1 left in the file (metrics and images) is judged by no check."""
+    bad = {ADVANTAGE_MAX: 0.0, ADVANTAGE_MIN: 0.0, GRAD_NORM: 0.0, PROBS_DIFF_MAX: 1.0, PROMPT_MIN: 1, PROMPT_MAX: 1}
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(lines({"step": 1, "data": bad}, {"step": 2, "data": GOOD[2]}))
+    checks = smoke_verdict(metrics, 2, tmp_path / "none", tmp_path / "model", smoke_prompts(), first=2).checks
+    assert checks[0] == Check("steps", True, "1 of 1 logged (resumed after step 1)", "every step 2..2")
+    assert [check.passed for check in checks] == [True, True, True, True, True, False]  # no save: HF export
+
+
+def test_a_verdict_without_metrics_names_the_steps_it_expected(tmp_path: Path) -> None:
+    verdict = smoke_verdict(tmp_path / "m.jsonl", 3, tmp_path / "none", tmp_path / "model", smoke_prompts(), first=2)
+    assert verdict.checks[0].limit == "every step 2..3"
+
+
+def test_the_verdict_judges_every_planned_step(tmp_path: Path) -> None:
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(lines(*({"step": step, "data": data} for step, data in GOOD.items())))
+    checks = smoke_verdict(metrics, 3, tmp_path / "none", tmp_path / "model", smoke_prompts()).checks
+    assert list(checks[:4]) == judge_metrics(GOOD, 3)
+    assert checks[0] == Check("steps", False, "2 of 3 logged", "every step 1..3")
+
+
+# --- counting the training data's prompts ----------------------------------------------------------------------------
+
+
+class _Counter:
+    """A stand-in for the processor's count (tests/e2e count with the real one): a row's prompt length is its text's
+    length, and a row with images has 4 image tokens. It records the model it was made for."""
+
+    models: list[Path] = []
+
+    def __init__(self, model: Path) -> None:
+        _Counter.models.append(model)
+
+    def count(self, row: dict[str, Any]) -> Any:
+        from recipe.data.prompt_lengths import RowLength
+
+        if row["prompt"] == "boom":
+            raise ValueError("the processor refused a row\nsecond line")
+        return RowLength(len(row["prompt"]), 4 if row.get("images") else 0)
+
+
+@pytest.fixture
+def counter(monkeypatch: pytest.MonkeyPatch) -> type[_Counter]:
+    from recipe.data import prompt_lengths
+
+    monkeypatch.setattr(prompt_lengths, "PromptCounter", _Counter)
+    monkeypatch.setattr(_Counter, "models", [])
+    return _Counter
+
+
+def write_prompts(path: Path, prompts: list[str], images: list[list[str]]) -> Path:
+    pyarrow = needs("pyarrow", install=f"{TRAINER_EXTRA}: the training data are parquet")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pyarrow.table({"prompt": prompts, "images": images}), path)
+    return path
+
+
+def test_the_training_prompts_are_counted_with_the_models_processor(counter: type[_Counter], tmp_path: Path) -> None:
+    from recipe.smoke.verdict import count_training_prompts
+
+    train = write_prompts(tmp_path / "train.parquet", ["abc", "abcdef"], [["img"], []])
+    lengths = count_training_prompts(train, tmp_path / "model")
+    assert (lengths.tokens, lengths.image_tokens) == ((3, 6), (4, 0))
+    assert counter.models == [tmp_path / "model"]
+
+
+def test_data_that_cannot_be_counted_is_one_line_saying_why(counter: type[_Counter], tmp_path: Path) -> None:
+    from recipe.smoke.verdict import count_training_prompts
+
+    train = write_prompts(tmp_path / "train.parquet", ["abc", "boom"], [[], []])
+    assert count_training_prompts(train, tmp_path / "model") == "ValueError: the processor refused a row"
+    assert count_training_prompts(tmp_path / "none.parquet", tmp_path / "model").startswith("FileNotFoundError: ")

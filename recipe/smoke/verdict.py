@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recipe.mismatch import METRIC as MISMATCH_ABS
 from recipe.numbers import NumberRefused, whole_number
 from recipe.read_back import FileRefused, parse_json, read_file
 
@@ -36,6 +37,14 @@ VISION_TENSORS = ".visual."
 #: vLLM's and the actor's probabilities of the same sampled tokens, both bf16, other kernels: measured up to
 #: 9.5e-4 on CPU (tests/e2e); a weight sync that loses or mangles a tensor moves them by 1e-1 and more.
 PROBS_DIFF_LIMIT = 1e-2
+#: The rollout/training mismatch in the two anchors' units (docs/health.md): verl's signed mean, NeMo-RL's `kl`, and
+#: the recipe's mean |log p_rollout - log p_train| per token, slime's. Measured on CPU (tests/e2e, vLLM's CPU kernels
+#: against Megatron's): 0.0043-0.0045 and 0.0116-0.0121. NeMo-RL's 0.002 is a bound for accelerators, which the CPU
+#: exceeds; these limits leave the CPU about 2x and 4x room, and the second stays at half slime's 0.1, where a run
+#: is called broken from 0.2. A weight sync that loses or mangles a tensor moves both by orders of magnitude.
+MISMATCH_KL = "rollout_corr/kl"
+MISMATCH_KL_LIMIT = 1e-2
+MISMATCH_ABS_LIMIT = 5e-2
 
 #: What a failed check usually means, for the block's last lines and docs/smoke.md.
 HINTS: Mapping[str, str] = {
@@ -46,6 +55,11 @@ HINTS: Mapping[str, str] = {
     "gradients": "no gradient reached the actor: the optimizer, the loss or the Megatron engine",
     "rollout matches actor": "vLLM samples with other weights than Megatron trains: the weight sync "
     "(update_weights), sleep/wake or a dtype mismatch",
+    "mismatch as KL": "vLLM's and Megatron's log-probabilities of the samples drift apart: the weight sync, a dtype "
+    "mismatch, or an MoE routing tokens to other experts (docs/health.md); not logged: the rollout returned no "
+    "log-probabilities (actor_rollout_ref.rollout.calculate_log_probs)",
+    "mismatch per token": "the same drift, token by token, where gaps of opposite signs do not cancel; not logged: "
+    "the recipe's worker hook (recipe.mismatch) did not run in verl's workers",
     "HF export": "Megatron-Bridge's export: see the report beside the export (verify-export)",
     "export was trained": "the export holds the initial weights: the export read stale weights, or training "
     "never changed them",
@@ -227,6 +241,15 @@ def judge_metrics(metrics: Mapping[int, Mapping[str, float]], steps: int, first:
         _at_every_step(
             "rollout matches actor", metrics, steps, lambda m: m.get(PROBS_DIFF_MAX),
             lambda v: v < PROBS_DIFF_LIMIT, max, f"{PROBS_DIFF_MAX} < {PROBS_DIFF_LIMIT:g} at every step", first,
+        ),
+        _at_every_step(
+            "mismatch as KL", metrics, steps, lambda m: m.get(MISMATCH_KL),
+            lambda v: abs(v) < MISMATCH_KL_LIMIT, lambda found: max(found, key=abs),
+            f"-{MISMATCH_KL_LIMIT:g} < {MISMATCH_KL} < {MISMATCH_KL_LIMIT:g} at every step", first,
+        ),
+        _at_every_step(
+            "mismatch per token", metrics, steps, lambda m: m.get(MISMATCH_ABS),
+            lambda v: v < MISMATCH_ABS_LIMIT, max, f"{MISMATCH_ABS} < {MISMATCH_ABS_LIMIT:g} at every step", first,
         ),
     ]  # fmt: skip
 

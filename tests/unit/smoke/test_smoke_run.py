@@ -51,7 +51,7 @@ def test_profile_smoke_runs_the_trainer_on_its_own_model_and_data_and_judges_it(
     assert "PASS  export was trained" in done.stdout and "PASS  vision tower was trained" in done.stdout
     written = json.loads((checkpoints / "grpo_recipe_smoke" / "qwen3_5_moe_tiny" / VERDICT_FILE).read_text())
     assert [check["name"] for check in written["checks"] if not check["passed"]] == ["images reached the rollout"]
-    assert len(written["checks"]) == 9
+    assert len(written["checks"]) == 11
     failed = next(check for check in written["checks"] if not check["passed"])
     assert failed["measured"].startswith("the data's prompts cannot be counted: ImportError:")
     assert "Torchvision" in failed["measured"]

@@ -1,7 +1,8 @@
 """The smoke verdict on recorded metrics and tiny files, no trainer: PASS on a good run, FAIL naming the check.
 
 data/recorded_metrics.jsonl holds steps 1 and 2 of a real smoke run (the CPU e2e's uninterrupted
-run of the smoke Qwen3.5-MoE), in verl's file-logger format, reduced to the metrics that matter.
+run of the smoke Qwen3.5-MoE, recorded again with the mismatch per token: issue 53), in verl's file-logger
+format, reduced to the metrics that matter.
 Each broken run below is that run with one thing broken.
 """
 
@@ -70,7 +71,7 @@ def failed(checks: list[Any]) -> list[str]:
 
 def test_the_recorded_run_passes() -> None:
     checks = judge_metrics(read_metrics(RECORDED), STEPS)
-    assert failed(checks) == [] and len(checks) == 4
+    assert failed(checks) == [] and len(checks) == 6
 
 
 def _lengths(tokens: list[int], image_tokens: list[int]) -> Any:
@@ -214,8 +215,8 @@ def test_a_good_run_passes_with_every_check(tmp_path: Path, built: SmokeAssets) 
     verdict = smoke_verdict(metrics, STEPS, root, built.model_path, _lengths(*SMOKE_PROMPTS))
     assert verdict.passed, verdict.to_text()
     assert [check.name for check in verdict.checks] == [
-        "steps", "rewards vary within a prompt's group", "gradients", "rollout matches actor",
-        "images reached the rollout", "HF export", "export was trained", "vision tower was trained", "export watcher",
+        "steps", "rewards vary within a prompt's group", "gradients", "rollout matches actor", "mismatch as KL",
+        "mismatch per token", "images reached the rollout", "HF export", "export was trained", "vision tower was trained", "export watcher",
     ]  # fmt: skip
     assert verdict.to_text().splitlines()[-1] == "smoke: PASS"
     assert json.loads(verdict.to_json())["passed"] is True

@@ -24,6 +24,8 @@ from recipe.smoke.verdict import (
     ADVANTAGE_MAX,
     ADVANTAGE_MIN,
     GRAD_NORM,
+    MISMATCH_ABS,
+    MISMATCH_KL,
     PROBS_DIFF_MAX,
     PROMPT_MAX,
     PROMPT_MIN,
@@ -39,7 +41,8 @@ from recipe.smoke.verdict import (
 from tests.support.needs import TRAINER_EXTRA, needs
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "smoke.md"
-METRIC_CHECKS = ["rewards vary within a prompt's group", "gradients", "rollout matches actor"]
+METRIC_CHECKS = ["rewards vary within a prompt's group", "gradients", "rollout matches actor", "mismatch as KL",
+                 "mismatch per token"]  # fmt: skip
 EXPORT_CHECKS = ["HF export", "export was trained", "vision tower was trained", "export watcher"]
 NOT_LOGGED = "not logged (or not a finite number) at step"
 #: Each metric check's limit as docs/smoke.md's example block prints it.
@@ -47,12 +50,16 @@ LIMITS = {
     "rewards vary within a prompt's group": "critic/advantages/max - critic/advantages/min > 0 at every step",
     "gradients": "actor/grad_norm > 0 at every step",
     "rollout matches actor": "training/rollout_probs_diff_max < 0.01 at every step",
+    "mismatch as KL": "-0.01 < rollout_corr/kl < 0.01 at every step",
+    "mismatch per token": "rollout_corr/abs_log_prob_diff < 0.05 at every step",
 }
 
 #: Two steps of a healthy run: the docs' example values at step 1 (its worst), better ones at step 2.
 GOOD: dict[int, dict[str, float]] = {
-    1: {ADVANTAGE_MAX: 1.5, ADVANTAGE_MIN: -0.99, GRAD_NORM: 1.49, PROBS_DIFF_MAX: 0.00092, PROMPT_MIN: 76, PROMPT_MAX: 76},
-    2: {ADVANTAGE_MAX: 2.0, ADVANTAGE_MIN: -1.0, GRAD_NORM: 2.0, PROBS_DIFF_MAX: 0.0005, PROMPT_MIN: 76, PROMPT_MAX: 76},
+    1: {ADVANTAGE_MAX: 1.5, ADVANTAGE_MIN: -0.99, GRAD_NORM: 1.49, PROBS_DIFF_MAX: 0.00092, PROMPT_MIN: 76, PROMPT_MAX: 76,
+        MISMATCH_KL: -0.0045, MISMATCH_ABS: 0.0121},
+    2: {ADVANTAGE_MAX: 2.0, ADVANTAGE_MIN: -1.0, GRAD_NORM: 2.0, PROBS_DIFF_MAX: 0.0005, PROMPT_MIN: 76, PROMPT_MAX: 76,
+        MISMATCH_KL: 0.0043, MISMATCH_ABS: 0.0116},
 }
 
 
@@ -82,7 +89,7 @@ def test_a_healthy_run_passes_each_metric_check_naming_its_worst_step() -> None:
     assert judge_metrics(GOOD, 2) == [
         Check("steps", True, "2 of 2 logged", "every step 1..2"),
         *[Check(name, True, f"{worst} at its worst step", LIMITS[name])
-          for name, worst in zip(METRIC_CHECKS, ["2.49", "1.49", "0.00092"])],
+          for name, worst in zip(METRIC_CHECKS, ["2.49", "1.49", "0.00092", "-0.0045", "0.0121"])],
     ]  # fmt: skip
 
 
@@ -101,6 +108,13 @@ def test_a_healthy_run_passes_each_metric_check_naming_its_worst_step() -> None:
         (lambda m: m[2].update({PROBS_DIFF_MAX: 0.01}), "rollout matches actor", "0.01 at its worst step"),
         (lambda m: m[1].update({PROBS_DIFF_MAX: 0.5}), "rollout matches actor", "0.5 at its worst step"),
         (lambda m: m[1].update({PROBS_DIFF_MAX: -math.inf}), "rollout matches actor", f"{NOT_LOGGED} 1"),
+        # The mismatch in each unit: the limit itself fails, a negative KL counts by its size, a missing one fails.
+        (lambda m: m[2].update({MISMATCH_KL: 0.01}), "mismatch as KL", "0.01 at its worst step"),
+        (lambda m: m[2].update({MISMATCH_KL: -0.02}), "mismatch as KL", "-0.02 at its worst step"),
+        (lambda m: m[1].pop(MISMATCH_KL), "mismatch as KL", f"{NOT_LOGGED} 1"),
+        (lambda m: m[1].update({MISMATCH_ABS: 0.05}), "mismatch per token", "0.05 at its worst step"),
+        (lambda m: m[2].update({MISMATCH_ABS: 0.3}), "mismatch per token", "0.3 at its worst step"),
+        (lambda m: m[2].update({MISMATCH_ABS: math.nan}), "mismatch per token", f"{NOT_LOGGED} 2"),
     ],
 )  # fmt: skip
 def test_a_bad_metric_fails_its_own_check_only_saying_what_it_measured(
@@ -127,9 +141,9 @@ def test_a_step_not_logged_fails_only_the_steps_check() -> None:
     """The other checks judge the steps that were logged: one cause, one failed check."""
     checks = judge_metrics(metrics_with(lambda m: m.pop(1)), 2)
     assert checks[0] == Check("steps", False, "1 of 2 logged", "every step 1..2")
-    assert [c.passed for c in checks[1:]] == [True, True, True]
+    assert [c.passed for c in checks[1:]] == [True] * len(METRIC_CHECKS)
     # Step 2's own values, now the only ones.
-    assert [c.measured for c in checks[1:]] == [f"{v:.3g} at its worst step" for v in (3.0, 2.0, 0.0005)]
+    assert [c.measured for c in checks[1:]] == [f"{v:.3g} at its worst step" for v in (3.0, 2.0, 0.0005, 0.0043, 0.0116)]
 
 
 def test_nothing_logged_fails_every_metric_check() -> None:
@@ -172,14 +186,16 @@ def test_any_run_with_signal_and_matching_probabilities_passes(steps: list[tuple
     """Whatever the values, a spread > 0, a grad norm > 0 and a difference < 0.01 at every step pass,
     and the worst step is the one reported: the smallest spread and norm, the largest difference."""
     metrics = {
-        step: {ADVANTAGE_MAX: spread, ADVANTAGE_MIN: 0.0, GRAD_NORM: norm, PROBS_DIFF_MAX: diff}
+        step: {ADVANTAGE_MAX: spread, ADVANTAGE_MIN: 0.0, GRAD_NORM: norm, PROBS_DIFF_MAX: diff,
+               MISMATCH_KL: diff - 0.005, MISMATCH_ABS: 5 * diff}  # fmt: skip
         for step, (spread, norm, diff) in enumerate(steps, start=1)
     }
     checks = judge_metrics(metrics, len(steps))
     assert all(check.passed for check in checks), checks
     spreads, norms, diffs = zip(*steps)
+    kls = [diff - 0.005 for diff in diffs]
     assert [c.measured for c in checks[1:]] == [
-        f"{v:.3g} at its worst step" for v in (min(spreads), min(norms), max(diffs))
+        f"{v:.3g} at its worst step" for v in (min(spreads), min(norms), max(diffs), max(kls, key=abs), 5 * max(diffs))
     ]
 
 
@@ -315,7 +331,7 @@ def test_a_dead_run_fails_every_check_with_what_to_look_at(tmp_path: Path) -> No
 def test_failed_metric_checks_print_their_hints_only_for_the_failures() -> None:
     checks = judge_metrics(metrics_with(lambda m: m[1].update({ADVANTAGE_MAX: 0.0, ADVANTAGE_MIN: 0.0, GRAD_NORM: 0.0,
                                                               PROBS_DIFF_MAX: 1.0})), 2)  # fmt: skip
-    hints = Verdict(tuple(checks)).to_text().splitlines()[5:]
+    hints = Verdict(tuple(checks)).to_text().splitlines()[2 + len(METRIC_CHECKS) :]
     assert hints == [
         (
             "  rewards vary within a prompt's group: every sample of a prompt got the same reward, so GRPO has no "
@@ -329,6 +345,18 @@ def test_failed_metric_checks_print_their_hints_only_for_the_failures() -> None:
         ),
         "smoke: FAIL",
     ]
+
+
+def test_a_failed_mismatch_check_says_what_drifts_and_why_it_may_be_missing() -> None:
+    checks = judge_metrics(metrics_with(lambda m: (m[1].update({MISMATCH_KL: 0.2}), m[2].pop(MISMATCH_ABS))), 2)
+    assert Verdict(tuple(checks)).to_text().splitlines()[-3:] == [
+        ("  mismatch as KL: vLLM's and Megatron's log-probabilities of the samples drift apart: the weight sync, a dtype "
+         "mismatch, or an MoE routing tokens to other experts (docs/health.md); not logged: the rollout returned no "
+         "log-probabilities (actor_rollout_ref.rollout.calculate_log_probs)"),
+        ("  mismatch per token: the same drift, token by token, where gaps of opposite signs do not cancel; not logged: "
+         "the recipe's worker hook (recipe.mismatch) did not run in verl's workers"),
+        "smoke: FAIL",
+    ]  # fmt: skip
 
 
 def test_a_check_without_a_hint_adds_no_hint_line() -> None:
@@ -736,17 +764,18 @@ def test_the_verdict_judges_the_images_after_the_metrics(tmp_path: Path) -> None
     metrics.write_text(lines(*({"step": step, "data": data} for step, data in GOOD.items())))
     checks = smoke_verdict(metrics, 2, tmp_path / "none", tmp_path / "model", "OSError: no processor").checks
     assert [check.name for check in checks] == ["steps", *METRIC_CHECKS, IMAGES, "HF export"]
-    assert checks[4] == judge_images(GOOD, 2, "OSError: no processor")
+    assert checks[1 + len(METRIC_CHECKS)] == judge_images(GOOD, 2, "OSError: no processor")
 
 
 def test_a_resumed_verdict_judges_only_the_steps_it_trained(tmp_path: Path) -> None:
     """Resumed after step 1: a bad step 1 left in the file (metrics and images) is judged by no check."""
-    bad = {ADVANTAGE_MAX: 0.0, ADVANTAGE_MIN: 0.0, GRAD_NORM: 0.0, PROBS_DIFF_MAX: 1.0, PROMPT_MIN: 1, PROMPT_MAX: 1}
+    bad = {ADVANTAGE_MAX: 0.0, ADVANTAGE_MIN: 0.0, GRAD_NORM: 0.0, PROBS_DIFF_MAX: 1.0, PROMPT_MIN: 1, PROMPT_MAX: 1,
+           MISMATCH_KL: 1.0, MISMATCH_ABS: 1.0}
     metrics = tmp_path / "m.jsonl"
     metrics.write_text(lines({"step": 1, "data": bad}, {"step": 2, "data": GOOD[2]}))
     checks = smoke_verdict(metrics, 2, tmp_path / "none", tmp_path / "model", smoke_prompts(), first=2).checks
     assert checks[0] == Check("steps", True, "1 of 1 logged (resumed after step 1)", "every step 2..2")
-    assert [check.passed for check in checks] == [True, True, True, True, True, False]  # no save: HF export
+    assert [check.passed for check in checks] == [True, *[True] * len(METRIC_CHECKS), True, False]  # no save: HF export
 
 
 def test_a_verdict_without_metrics_names_the_steps_it_expected(tmp_path: Path) -> None:
@@ -758,7 +787,7 @@ def test_the_verdict_judges_every_planned_step(tmp_path: Path) -> None:
     metrics = tmp_path / "m.jsonl"
     metrics.write_text(lines(*({"step": step, "data": data} for step, data in GOOD.items())))
     checks = smoke_verdict(metrics, 3, tmp_path / "none", tmp_path / "model", smoke_prompts()).checks
-    assert list(checks[:4]) == judge_metrics(GOOD, 3)
+    assert list(checks[: 1 + len(METRIC_CHECKS)]) == judge_metrics(GOOD, 3)
     assert checks[0] == Check("steps", False, "2 of 3 logged", "every step 1..3")
 
 

@@ -397,10 +397,31 @@ def test_the_failure_bounds_of_nodes_started_by_run_and_of_a_rayjobs_driver() ->
     assert rules.failure_bounds(1, 60) == {} and rules.failure_bounds(1, 60, joins_cluster=True) == {}
     nodes = rules.failure_bounds(2, 60)
     assert (nodes["lost_node_bound_s"], nodes["lost_head_bound_s"]) == (100.0, 15 + 30.0 + 60)
-    assert "a lost head each worker's within 105 s (RAY_WAIT_TIMEOUT=60 s" in str(nodes["text"])
+    assert nodes["text"] == (
+        "a node lost mid-run ends the head's run within 100 s, a lost head each worker's within 105 s "
+        "(RAY_WAIT_TIMEOUT=60 s for a restarted head among it): exit 3 and one line naming it; a restart of every node "
+        "resumes from the last save"
+    )
     driver = rules.failure_bounds(2, 60, joins_cluster=True)
     assert driver == {
         "lost_node_bound_s": 100.0,
         "text": "a node lost mid-run ends this run within 100 s: exit 3 and one line naming it; a lost head ends it "
                 "with the head; the RayJob's retry (its backoffLimit) resumes from the last save",
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(("words", "address"), [
+    (["--node-ip-address", "10.0.0.5"], "10.0.0.5"),  # the flag's value as the last word
+    (["--num-cpus=8", "--node-ip-address"], None),  # the flag as the last word: no value
+    (["--node-ip-address=10.0.0.5=x"], "10.0.0.5=x"),  # the value after the first "=", whatever it holds
+    (["--node-ip-address", "10.0.0.5", "--num-cpus=8"], "10.0.0.5"),
+    ([], None),
+])  # fmt: skip
+def test_node_ip_address_of_ray_start_words(words: list[str], address: str | None) -> None:
+    assert rules.node_ip_address(words) == address
+
+
+def test_a_url_with_a_capital_scheme_is_named_a_url() -> None:
+    assert rules.host_problem("HTTP://head:6379") == (
+        "must be a bare host, not a URL: drop HTTP:// and the port; the port is RAY_PORT (here 6379), leaving 'head'"
+    )

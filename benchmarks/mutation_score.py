@@ -118,10 +118,13 @@ MODULES = {
     "run/verl_metrics": [f"{U}/test_run_report.py", f"{U}/test_progress.py"],
     "run/prompt_budget": [f"{D}/test_prompt_lengths.py"],
     "run/resume_guard": [f"{E}/test_resume_guard.py", f"{E}/test_resume_guard_hostile.py"],
-    "run/trainer": [f"{U}/test_trainer_supervision.py", f"{U}/test_trainer_run_command.py"],
+    "run/trainer": [f"{U}/test_trainer_supervision.py", f"{U}/test_trainer_run_command.py", f"{U}/test_run_finish.py",
+                    f"{U}/test_progress.py"],
     "replay": [f"{E}/test_replay.py", f"{E}/test_replay_hostile.py"],
     "replay_files": [f"{E}/test_replay.py", f"{E}/test_replay_hostile.py"],
-    "run_length": [f"{U}/test_plan_launch_paths.py", f"{U}/test_progress.py", f"{U}/test_tracker_states.py"],
+    # test_plan_launch_paths.py also runs `entrypoint.py plan` in a subprocess, which mutmut 3.8.1 cannot trace (its
+    # first run fails): left out; test_tracker_states.py names every resume mode and total (issue 52).
+    "run_length": [f"{U}/test_tracker_states.py", f"{U}/test_progress.py"],
     # test_hostile_settings.py is left out, as for cluster/rules above.
     "settings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],
     "env_file/bash": [f"{U}/test_env_file_readers.py", f"{U}/test_settings_messages.py"],

@@ -274,8 +274,8 @@ class RunReport:
         }
 
     def to_json(self) -> str:
-        """run-report.json's text."""
-        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+        """run-report.json's text; a figure that overflowed to inf (a step of 1e-308 s) is null, as JSON has no inf."""
+        return json.dumps(_finite_only(self.to_dict()), indent=2, allow_nan=False)
 
     def to_text(self, where: str) -> str:
         """The short table `run` prints at the end."""
@@ -318,6 +318,17 @@ class RunReport:
         lines += [f"  health: {sign.name} from step {sign.since} ({sign.seen})" for sign in self.signs]
         lines += [f"  {note}" for note in self.notes]
         return "\n".join(lines)
+
+
+def _finite_only(value: Any) -> Any:
+    """`value` with each float that is not finite replaced by None, in its dicts and lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_only(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite_only(item) for item in value]
+    return value
 
 
 def outcome(exit_code: int) -> str:

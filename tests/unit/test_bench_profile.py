@@ -91,8 +91,16 @@ def test_the_prompts_are_geo3k_rows_each_with_its_own_image(tmp_path: Path) -> N
     datasets = pytest.importorskip("datasets", reason="the bench data are written with datasets (the trainer extra)")
     from PIL import Image
 
-    train, test = write_bench_data(tmp_path, *row_counts(3, 2))
+    train, test = write_bench_data(tmp_path / "bench-data" / "new", *row_counts(3, 2))  # folders made as needed
+    assert (train, test) == (tmp_path / "bench-data" / "new" / "train.parquet", tmp_path / "bench-data" / "new" / "test.parquet")
+    from recipe.data.specs import SPECS, output_features
+
+    assert datasets.Dataset.from_parquet(str(train)).features == output_features(SPECS["geo3k"])  # geo3k's schema
+    tests = datasets.Dataset.from_parquet(str(test)).to_list()
+    assert [(row["extra_info"]["split"], row["extra_info"]["index"], row["reward_model"]["ground_truth"])
+            for row in tests] == [("test", 6, "6"), ("test", 7, "7"), ("test", 8, "8")]  # after the train rows' numbers
     rows = datasets.Dataset.from_parquet(str(train)).to_list()
+    assert {row["extra_info"]["split"] for row in rows} == {"train"}
     assert len(rows) == 6 and len(datasets.Dataset.from_parquet(str(test))) == 3
     pictures = [row["images"][0]["bytes"] for row in rows]
     assert len(set(pictures)) == 6
@@ -102,6 +110,9 @@ def test_the_prompts_are_geo3k_rows_each_with_its_own_image(tmp_path: Path) -> N
     # Neighbouring rows differ in length: a batch of equal lengths crashes verl 0.9.1's VLM update (recipe.bench.data).
     lengths = [len(row["prompt"][0]["content"]) for row in rows]
     assert all(a != b for a, b in zip(lengths, lengths[1:])), lengths
+    assert write_bench_data(tmp_path / "bench-data" / "new", 1, 1)[0] == train  # a second run writes over its own
+    assert len(datasets.Dataset.from_parquet(str(train))) == 1
+    train = write_bench_data(tmp_path / "first", *row_counts(3, 2))[0]
     again = write_bench_data(tmp_path / "again", *row_counts(3, 2))[0]
     assert hashlib.sha256(again.read_bytes()).digest() == hashlib.sha256(train.read_bytes()).digest()
 
@@ -121,3 +132,114 @@ def test_run_writes_the_prompts_trains_on_them_and_reports(tmp_path: Path, model
     report = tmp_path / "checkpoints" / "p" / "qwen3_5_35b_megatron_bench" / "run-report.json"
     assert json.loads(report.read_text())["outcome"] == "finished"
     assert "run report (" in done.stdout
+
+
+def test_the_profiles_settings_and_overrides_in_full() -> None:
+    """Every default the bench profile fills, and its own overrides, as docs/performance.md states them."""
+    from recipe.bench import BENCH_SETTINGS, bench_overrides
+
+    assert dict(BENCH_SETTINGS) == {"SAVE_FREQ": -1, "TEST_FREQ": -1, "TOTAL_EPOCHS": 1,
+                                    "EXPERIMENT_NAME": "qwen3_5_35b_megatron_bench"}  # fmt: skip
+    assert bench_overrides() == ["trainer.total_training_steps=4", "trainer.resume_mode=disable",
+                                 "actor_rollout_ref.rollout.ignore_eos=True"]  # fmt: skip
+    assert BENCH_STEPS == 4
+
+
+def test_the_plans_line_about_the_bench_data_in_full() -> None:
+    from recipe.bench import bench_data_note
+
+    assert bench_data_note(3, 6, 2) == (
+        "6 synthetic train rows (3 step(s) of TRAIN_BATCH_SIZE prompts) and 2 test rows in geo3k's layout (written by "
+        "run, nothing downloaded): a fixed question (0-7 filler sentences, so that no batch has one length) and a "
+        "448x448 image of its own in every prompt; every response exactly data.max_response_length tokens "
+        "(ignore_eos); no validation, no checkpoint unless SAVE_FREQ asks; the run report at the end"
+    )
+
+
+@pytest.mark.parametrize(("batch", "steps", "rows"), [(1, 4, (4, 1)), (8, 2, (16, 8)), (9, 3, (27, 8)), (32, 4, (128, 8))])
+def test_train_rows_are_a_batch_a_step_and_test_rows_at_most_eight(batch: int, steps: int, rows: tuple[int, int]) -> None:
+    assert row_counts(batch, steps) == rows
+
+
+def test_the_bench_data_lie_under_checkpoint_dir_in_their_own_folder(tmp_path: Path) -> None:
+    from recipe.bench import bench_data_dir, bench_rows
+
+    assert bench_data_dir(tmp_path) == tmp_path / "bench-data"
+    assert bench_data_dir(str(tmp_path)) == tmp_path / "bench-data"  # type: ignore[arg-type]
+    assert bench_rows(tmp_path / "bench-data" / "train.parquet", tmp_path, 3, 5) == (15, 3)
+
+
+@pytest.mark.parametrize("index", [0, 1, 7, 8, 9, 17])
+def test_a_row_asks_its_filler_index_mod_8_times_and_its_answer_is_its_number(index: int) -> None:
+    """Row i of a split, as prepare-data geo3k writes a row: one image, the question, i mod 8 filler sentences, the
+    row's number as the answer; the cycle's edges (7, 8, 9) included."""
+    from recipe.bench.data import FILLER, bench_row
+
+    row = bench_row(index, "test")
+    question = QUESTION + FILLER * (index % 8)
+    assert row["extra_info"] == {"split": "test", "index": index, "answer": str(index), "question": "<image>" + question}
+    assert row["prompt"][0]["content"].startswith("<image>" + question + " ")
+    assert row["reward_model"] == {"style": "rule", "ground_truth": str(index)}
+    assert len(row["images"]) == 1 and row["images"][0]["bytes"][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_picture_is_a_grey_grid_on_white_with_the_rows_number_in_black() -> None:
+    from PIL import Image
+
+    from recipe.bench.data import _picture
+
+    image = Image.open(io.BytesIO(_picture(5))).convert("RGB")
+    assert image.size == (IMAGE_SIZE, IMAGE_SIZE)
+    assert image.getpixel((0, 5)) == image.getpixel((5, 0)) == image.getpixel((32, 7)) == image.getpixel((7, 416))
+    assert image.getpixel((32, 7)) == (200, 200, 200) and image.getpixel((31, 7)) == (255, 255, 255)
+    assert image.getpixel((16, 448 - 1)) == (255, 255, 255)  # the last line is at 416: 448 is past the edge
+    number = [image.getpixel((x, y)) for x in range(149, 170) for y in range(224, 240)]
+    assert min(number)[0] < 100  # the number (anti-aliased black), drawn at (149, 224)
+    assert image.getpixel((32, 0)) == image.getpixel((0, 32)) == (200, 200, 200)  # the lines run edge to edge
+    raw = image.tobytes()
+    assert raw[0::3] == raw[1::3] == raw[2::3]  # grey everywhere: black text on grey and white, no colour
+    assert min(image.getpixel((x, y)) for x in range(33, 63) for y in range(33, 63)) == (255, 255, 255)
+    assert _picture(5) == _picture(5) != _picture(6)
+
+
+@pytest.mark.parametrize("profile", ["bench", "BENCH", "smoke", "Smoke"])
+def test_a_profiles_defaults_fill_only_what_is_unset_under_checkpoint_dir_or_its_default(profile: str, tmp_path: Path) -> None:
+    """PROFILE in any case; the data (and the smoke model) under CHECKPOINT_DIR when set, else under the default one;
+    a value the user set wins; the user's data dict is left as it was."""
+    from recipe.profiles import profile_defaults
+
+    data = {"profile": profile, "save_freq": 7}
+    filled = profile_defaults(data, tmp_path / "default")
+    assert data == {"profile": profile, "save_freq": 7} and filled["save_freq"] == 7 and filled["total_epochs"] == 1
+    under = tmp_path / "default" / ("bench-data" if profile.lower() == "bench" else "smoke-assets")
+    if profile.lower() == "bench":
+        assert (filled["train_files"], filled["val_files"]) == (under / "train.parquet", under / "test.parquet")
+        assert (filled["test_freq"], filled["experiment_name"]) == (-1, "qwen3_5_35b_megatron_bench")
+        assert "model_path" not in filled  # the bench measures the user's model
+    else:
+        assert (filled["model_path"], filled["train_files"], filled["val_files"]) == (
+            under / "model", under / "data" / "train.parquet", under / "data" / "test.parquet")
+    chosen = profile_defaults({"profile": profile, "checkpoint_dir": str(tmp_path / "ck")}, tmp_path / "default")
+    assert str(chosen["train_files"]).startswith(str(tmp_path / "ck" / under.name))
+
+
+@pytest.mark.parametrize("profile", [None, "full", "", "benchmark"])
+def test_no_profile_or_full_fills_nothing(profile: str | None, tmp_path: Path) -> None:
+    from recipe.profiles import profile_defaults, profile_overrides, profile_problems
+
+    data = {} if profile is None else {"profile": profile}
+    assert profile_defaults(data, tmp_path) is data
+    assert profile_overrides(profile or "full") == [] and profile_problems(profile or "full", 1) == []
+
+
+def test_each_profiles_overrides_and_the_bench_refusal_in_full() -> None:
+    from recipe.bench import bench_overrides
+    from recipe.profiles import profile_overrides, profile_problems
+    from recipe.smoke import smoke_overrides
+
+    assert profile_overrides("bench") == bench_overrides() and profile_overrides("smoke") == smoke_overrides()
+    assert profile_problems("bench", 2) == [] and profile_problems("smoke", 1) == []
+    assert profile_problems("bench", 1) == [
+        "TRAIN_BATCH_SIZE=1: PROFILE=bench needs 2 prompts a step or more; with one, every sequence of the batch has "
+        "the same length (fixed responses), which crashes verl 0.9.1's update of a VLM (docs/performance.md)"
+    ]

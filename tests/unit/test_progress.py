@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -201,3 +202,184 @@ def test_the_rollout_training_kl_is_shown_before_the_eta(kl: float, shown: str) 
     line = progress_line(1, {STEP_SECONDS: 10.0, MISMATCH_KL: finite_or_none(kl)}, StepTotal(3, False), [10.0])
     assert line == f"progress: step 1 of 3, 10.0 s/step, {shown}, ETA 0m20s"
     assert PROGRESS_LINE.endswith("tokens/s/device, the rollout/training KL, ETA")
+
+
+def test_the_line_splits_the_step_into_verls_phases_in_their_order_and_gives_the_rate() -> None:
+    """Every timer verl logged, in the order a step runs them, each by its short name; n/a where not finite."""
+    from recipe.run.verl_metrics import PHASES, THROUGHPUT
+    from recipe.run.progress import progress_line
+
+    metrics: dict[str, float | None] = {STEP_SECONDS: 72.25, REWARD: 0.0625, THROUGHPUT: 29.35,
+                                        **{tag: float(i) for i, tag in enumerate(PHASES.values())}}  # fmt: skip
+    metrics[PHASES["save"]] = None
+    assert progress_line(2, metrics, StepTotal(5, False), [70.0, 80.0]) == (
+        "progress: step 2 of 5, reward 0.062, 72.2 s/step (gen 0.0, reward 1.0, old 2.0, ref 3.0, adv 4.0, "
+        "update 5.0, save n/a, sync 7.0), 29.4 tokens/s/device, ETA 3m45s"
+    )  # fmt: skip
+    # Without a step time no split and no rate of it; without a total no "of" and no ETA; none on the last step.
+    assert progress_line(3, {THROUGHPUT: None}, None, [1.0]) == "progress: step 3, n/a tokens/s/device"
+    assert progress_line(5, {STEP_SECONDS: 1.0}, StepTotal(5, True), [1.0]) == "progress: step 5 of about 5, 1.0 s/step"
+    assert progress_line(4, {STEP_SECONDS: 3600.0}, StepTotal(6, False), [3900.0]) == (
+        "progress: step 4 of 6, 3600.0 s/step, ETA 2h10m")
+
+
+@pytest.mark.parametrize(("seconds", "counted"), [(0.0, True), (365 * 86400.0, True), (365 * 86400.0 + 1, False)])
+def test_a_step_time_from_0_to_a_year_counts_in_the_eta_and_one_past_a_year_does_not(
+    tmp_path: Path, seconds: float, counted: bool
+) -> None:
+    """The bounds of MAX_STEP_SECONDS themselves, over more steps than the ETA's window (six)."""
+    from recipe.run import progress
+
+    lines: list[str] = []
+    printer = ProgressPrinter(tmp_path, StepTotal(100, False), lines.append)
+    printer.curves = None
+    printer.events = _Events({1: {STEP_SECONDS: seconds}, **{s: {STEP_SECONDS: 10.0} for s in range(2, 7)}})
+    printer.since = 0.0  # the fixed scalars' wall time (1.0) is after the printer's start
+    printer.poll()
+    assert sorted(printer.seconds) == ([1, 2, 3, 4, 5, 6] if counted else [2, 3, 4, 5, 6])
+    assert progress.MAX_STEP_SECONDS == 365 * 86400.0
+    # Step 6's ETA: the last five steps counted (steps 2-6 either way: the window, not step 1).
+    assert lines[-1].endswith("ETA 15m40s")  # 94 steps x 10 s
+
+
+class _Events:
+    """tensorboard's reader as read_steps uses it, over fixed scalars (all logged at wall time 1.0)."""
+
+    def __init__(self, steps: dict[int, dict[str, float | None]], wall_time: float = 1.0) -> None:
+        self.steps, self.wall_time = steps, wall_time
+
+    def Reload(self) -> None:  # noqa: N802 - tensorboard's name
+        pass
+
+    def Tags(self) -> dict[str, list[str]]:  # noqa: N802 - tensorboard's name
+        return {"scalars": sorted({tag for values in self.steps.values() for tag in values})}
+
+    def Scalars(self, tag: str) -> list[Any]:  # noqa: N802 - tensorboard's name
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(step=step, value=math.nan if values[tag] is None else values[tag],
+                                wall_time=self.wall_time)
+                for step, values in sorted(self.steps.items()) if tag in values]  # fmt: skip
+
+
+def test_only_what_was_logged_from_the_printers_start_on_is_read() -> None:
+    """`since` itself counts: a scalar logged at the very time the printer started is this run's."""
+    from recipe.run.progress import read_steps
+
+    events = _Events({1: {STEP_SECONDS: 2.0, REWARD: math.inf}}, wall_time=100.0)
+    assert read_steps(events, None, since=100.0) == {1: {STEP_SECONDS: 2.0, REWARD: None}}
+    assert read_steps(events, None, since=100.5) == {}
+    assert read_steps(events) == {1: {STEP_SECONDS: 2.0, REWARD: None}}
+
+
+def test_why_an_event_folder_is_not_read(tmp_path: Path) -> None:
+    """No folder, a name that leads nowhere, a folder where a file goes, a file past 64 GiB (sparse): each named; a file
+    of exactly 64 GiB and names without "tfevents" are read or left alone."""
+    from recipe.run.progress import MAX_EVENT_FILE_BYTES, event_file_problem
+
+    assert event_file_problem(tmp_path / "absent") == f"{tmp_path / 'absent'}: cannot be listed (No such file or directory)"
+    (tmp_path / "notes.txt").mkdir()  # not an event file's name: never opened
+    at_bound = tmp_path / "events.out.tfevents.1.host"
+    with at_bound.open("wb") as out:
+        out.truncate(MAX_EVENT_FILE_BYTES)
+    assert MAX_EVENT_FILE_BYTES == 64 << 30 and event_file_problem(tmp_path) is None
+    with at_bound.open("r+b") as out:
+        out.truncate(MAX_EVENT_FILE_BYTES + (1 << 30))
+    assert event_file_problem(tmp_path) == f"{at_bound}: 65 GiB, above the 64 GiB an event file of a run holds"
+    at_bound.unlink()
+    (tmp_path / "events.out.tfevents.2.host").mkdir()
+    assert event_file_problem(tmp_path) == f"{tmp_path / 'events.out.tfevents.2.host'}: not a regular file"
+    (tmp_path / "events.out.tfevents.2.host").rmdir()
+    (tmp_path / "events.out.tfevents.3.host").symlink_to(tmp_path / "gone")
+    assert event_file_problem(tmp_path) == (f"{tmp_path / 'events.out.tfevents.3.host'}: cannot be examined "
+                                            "(No such file or directory)")  # fmt: skip
+
+
+def test_the_signs_are_said_once_and_drawn_as_curves_beside_verls_and_curves_that_cannot_be_written_stop_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three steps, a gradient norm not finite in step 2: one warning naming step 2, and one 0/1 curve a sign under
+    recipe_health (spaces and slashes as underscores), each at its step and the time it was written."""
+    import logging
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from recipe.run.health import SIGN_NAMES
+    from recipe.run.progress import HEALTH_RUN
+
+    lines: list[str] = []
+    printer = ProgressPrinter(tmp_path, None, lines.append)
+    writer = _verl_logger(tmp_path, monkeypatch)
+    for step, norm in ((1, 1.0), (2, math.inf), (3, 1.0)):
+        writer.log({STEP_SECONDS: 5.0, "actor/grad_norm": norm}, step=step)
+    writer.finish()
+    before = time.time()
+    with caplog.at_level(logging.WARNING, logger="recipe"):
+        printer.poll()
+    assert len(lines) == 3
+    [warning] = caplog.messages
+    assert warning.startswith("health: gradient norm not finite from step 2: actor/grad_norm is inf or NaN")
+    assert printer.curves is not None
+    printer.curves.close()
+    curves = EventAccumulator(str(tmp_path / HEALTH_RUN))
+    curves.Reload()
+    assert sorted(curves.Tags()["scalars"]) == sorted(
+        f"{HEALTH_RUN}/{name.replace(' ', '_').replace('/', '_')}" for name in SIGN_NAMES)
+    assert f"{HEALTH_RUN}/rollout_training_mismatch" in curves.Tags()["scalars"]
+    norm = curves.Scalars(f"{HEALTH_RUN}/gradient_norm_not_finite")
+    assert [(event.step, event.value) for event in norm] == [(1, 0.0), (2, 1.0), (3, 0.0)]
+    assert all(event.wall_time >= before - 1 for event in norm)
+
+    # A file where the curves' folder goes: one warning, no curves, the lines go on.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / HEALTH_RUN).write_text("a file where the folder goes")
+    lines.clear()
+    caplog.clear()
+    printer = ProgressPrinter(other, None, lines.append)
+    printer.events, printer.since = _Events({1: {STEP_SECONDS: 5.0}, 2: {STEP_SECONDS: 5.0}}), 0.0
+    with caplog.at_level(logging.WARNING, logger="recipe"):
+        printer.poll()
+    assert len(lines) == 2 and printer.curves is None
+    [stop] = caplog.messages
+    assert stop == f"health curves stop: cannot write {other / HEALTH_RUN} (File exists)"
+
+    # An earlier attempt's curves folder (a resumed run): this run's curves go beside them.
+    again = ProgressPrinter(tmp_path, None, None)
+    again.events, again.since = _Events({4: {STEP_SECONDS: 5.0}}), 0.0
+    again.poll()
+    assert again.curves is not None and again.curves.writer is not None
+    again.curves.close()
+
+
+def test_read_steps_without_a_folder_checks_none_and_a_reader_without_scalars_gives_no_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from recipe.run.progress import read_steps
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "events.out.tfevents.9.planted")  # in the working folder, which is no event folder of ours
+    assert read_steps(_Events({1: {STEP_SECONDS: 2.0}})) == {1: {STEP_SECONDS: 2.0}}
+
+    class NoScalars(_Events):
+        def Tags(self) -> dict[str, list[str]]:  # noqa: N802 - tensorboard's name
+            return {"images": []}
+
+    assert read_steps(NoScalars({})) == {}
+
+
+def test_every_step_of_a_run_longer_than_tensorboards_default_sample_is_read(tmp_path: Path) -> None:
+    """tensorboard's reader keeps 10,000 scalars a tag by default (a random sample past that); `run` keeps them all."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from recipe.run.progress import event_reader, read_steps
+
+    writer = EventFileWriter(str(tmp_path))
+    for step in range(1, 10_002):
+        writer.add_event(Event(wall_time=1.0, step=step, summary=Summary(value=[Summary.Value(tag=STEP_SECONDS,
+                                                                                              simple_value=1.0)])))  # fmt: skip
+    writer.close()
+    assert len(read_steps(event_reader(tmp_path), tmp_path)) == 10_001

@@ -339,3 +339,44 @@ def test_a_report_at_its_size_bound_is_read(tmp_path: Path) -> None:
     report.write_text(text + " " * (MAX_RUN_REPORT_BYTES - len(text)))
     assert report.stat().st_size == MAX_RUN_REPORT_BYTES
     assert finished_report(report, None) is not None
+
+
+def test_a_last_save_without_an_hf_export_is_no_finished_run(plans: dict[str, Plan], tmp_path: Path) -> None:  # noqa: F811
+    """verl saved the last step, but no HF export lies under it: nothing tells the weights are sound."""
+    import shutil
+
+    step_dir = _save(tmp_path, TOTAL)
+    plan = _planned(plans["full"], tmp_path)
+    assert final_save(plan) is not None  # the control
+    shutil.rmtree(step_dir / "actor" / "model" / "huggingface")
+    assert final_save(plan) is None
+
+
+@pytest.mark.parametrize("reference", ["the same model", "one more tensor"])
+def test_without_the_watchers_report_the_export_is_checked_now_against_model_path_and_nothing_written(
+    plans: dict[str, Plan], tmp_path: Path, sound_export: Path, reference: str  # noqa: F811
+) -> None:
+    """No report from the watcher (it never swept that save): the export is checked now, against the plan's
+    MODEL_PATH (the model the run started from), and no report is written. A tensor of MODEL_PATH the export lost
+    makes it broken: no finished run."""
+    import shutil
+
+    import torch
+
+    from .export.conftest import rewrite
+
+    step_dir = _save(tmp_path, TOTAL, status=None)
+    export = step_dir / "actor" / "model" / "huggingface"
+    shutil.rmtree(export)
+    shutil.copytree(sound_export, export)
+    model = shutil.copytree(sound_export, tmp_path / "model-path")
+    if reference == "one more tensor":
+        rewrite(model, lambda tensors: tensors.update({"model.language_model.lost.weight": torch.zeros(2)}))
+    plan = _planned(plans["full"], tmp_path)
+    plan = dataclasses.replace(plan, settings=plan.settings.model_copy(update={"model_path": model}))
+    done = final_save(plan)
+    if reference == "the same model":
+        assert done is not None and done.export_status == "complete" and done.step == TOTAL
+    else:
+        assert done is None
+    assert not (step_dir / "actor" / "model" / REPORT_NAME).exists()  # `run`'s check writes nothing

@@ -3,6 +3,7 @@ and `run` writing it whatever the trainer's end."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -18,7 +19,9 @@ from recipe.run import verl_metrics as names
 from recipe.run.progress import event_reader, progress_line, read_steps
 from recipe.run.report import (
     GPU_PEAK_TFLOPS,
+    Peak,
     ReportInputs,
+    StepRow,
     build_report,
     device_peak,
     flops_per_token,
@@ -171,6 +174,8 @@ _values = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), s
        st.integers(0, 255), st.integers(1, 4096))  # fmt: skip
 # Found by this test: an infinite token count or throughput reached the JSON, which refuses it.
 @example({0: {names.STEP_SECONDS: 1.0, names.THROUGHPUT: math.inf, names.TOKENS: math.inf}}, 0, 1)
+# Found by this test (issue 52): a step of 1e-308 s overflowed its tokens per second to inf, which the JSON refused.
+@example({0: {names.STEP_SECONDS: 1.1125369292536007e-308, names.TOKENS: 2.0}}, 0, 1)
 def test_any_metrics_give_a_report_never_a_traceback(steps: dict[int, dict[str, float | None]], code: int, devices: int) -> None:
     """Missing, negative, infinite or NaN values (verl logs what it measured): a report, valid JSON, a table."""
     report = build_report(steps, _inputs(code, devices))
@@ -255,3 +260,212 @@ def test_a_phase_timed_in_some_steps_its_share_and_the_peak_over_more_steps_than
     assert line.split() == ["generation", "5.0", "s", "20.0", "%", "(3", "of", "4", "steps)"]  # 5 of the 25 s median
     [actor] = [row for row in report.memory if row.metric == names.ACTOR_PEAK_GIB]
     assert actor.measured_gib == 7.0
+
+
+def _small_memory() -> Any:
+    """The plan's estimate with three round phases: vLLM's pool of 2 GiB, an actor phase of 4 GiB (3 fixed, 1
+    growing), a host of 8 GiB."""
+    from recipe.memory_fit import Phase, Term
+
+    return dataclasses.replace(_plan_memory(), phases=[
+        Phase("rollout phase (vLLM awake)", [Term("vLLM pool (KV cache)", 2 * GIB, True, "x")], None),
+        Phase("actor phase (training)", [Term("weights", 3 * GIB, True, "x"), Term("activations", 1 * GIB, False, "y")],
+              None),
+        Phase("host RAM per node", [Term("pinned", 8 * GIB, True, "z")], None),
+    ])  # fmt: skip
+
+
+_P = names.PHASES
+#: Three steps on two devices: generation timed in two of them, the actor's peak in step 2 (not the last step's),
+#: validation in two, a gradient norm that was not finite in step 2.
+THREE_STEPS: dict[int, dict[str, float | None]] = {
+    1: {names.STEP_SECONDS: 10.0, _P["generation"]: 4.0, _P["actor update"]: 3.0, names.TOKENS: 1000.0,
+        names.THROUGHPUT: 99.0, names.ACTOR_PEAK_GIB: 3.0, names.VALIDATION_SECONDS: 2.0},
+    2: {names.STEP_SECONDS: 20.0, _P["generation"]: 5.0, _P["actor update"]: 6.0, names.TOKENS: 3000.0,
+        names.ACTOR_PEAK_GIB: 5.0, names.HOST_USED_GIB: 4.0, "actor/grad_norm": None},
+    3: {names.STEP_SECONDS: 30.0, _P["actor update"]: 9.0, names.TOKENS: 3000.0, names.ACTOR_PEAK_GIB: 4.5,
+        names.VALIDATION_SECONDS: 4.0},
+}  # fmt: skip
+
+
+def _three_steps_report() -> Any:
+    return build_report(THREE_STEPS, ReportInputs(143, 2, 10**9, device_peak("gpu", 100.0), _small_memory()))
+
+
+def test_the_table_of_three_steps_on_two_devices_line_by_line() -> None:
+    """Medians over three steps (20 s; generation 4.5 s in 2 of 3; update 6 s in all), tokens over the step and both
+    devices (50, 75, 50: median 50), MFU from each step's timed passes (0.4, 0.6, 0.3 TFLOP/s: median 0.4, of 100),
+    the actor's peak the largest step's (5 GiB over 4: 25 %, exactly half of vLLM's 2 GiB pool: the pool is named)."""
+    lines = _three_steps_report().to_text("/ck/run-report.json").splitlines()
+    assert lines[:12] == [
+        "run report (/ck/run-report.json): stopped (SIGTERM), 3 step(s) on 2 device(s)",
+        "  step (median)                     20.0 s",
+        "  generation                         4.5 s  22.5 %  (2 of 3 steps)",
+        "  actor update                       6.0 s  30.0 %",
+        "  untimed by verl                    9.0 s",
+        "  validation (outside steps)         3.0 s",
+        "  tokens/s/device                   50.0",
+        "  MFU                                0.4 %  (0.4 of 100 TFLOP/s: PEAK_TFLOPS)",
+        "  memory, rollout phase (vLLM awake): not measured by verl, estimate 2.00 GiB",
+        "  memory, actor phase (training): 5.00 GiB measured, estimate 4.00 GiB, ratio 1.25",
+        "    over the estimate by 25 %: most likely vLLM pool (KV cache): still held while the actor trained grew; "
+        "please report it (docs/performance.md)",
+        "  memory, host RAM per node: 4.00 GiB measured, estimate 8.00 GiB, ratio 0.50",
+    ]  # fmt: skip
+    assert lines[12].startswith("  health: gradient norm not finite from step 2 (actor/grad_norm is inf or NaN")
+    assert lines[13:] == ["  not logged by this verl: advantages, log-probs (old), log-probs (ref), weight sync"]
+
+
+def test_the_json_of_three_steps_on_two_devices_field_by_field() -> None:
+    report = _three_steps_report()
+    document = report.to_dict()
+    assert report.to_json() == json.dumps(document, indent=2)  # run-report.json is indented by two
+    assert {key: value for key, value in document.items() if key not in ("mfu", "memory", "per_step", "health")} == {
+        "outcome": "stopped (SIGTERM)", "exit_code": 143, "devices": 2, "steps_reported": 3, "step_s_median": 20.0,
+        "phases_median_s": {"generation": {"median_s": 4.5, "steps": 2}, "actor update": {"median_s": 6.0, "steps": 3}},
+        "untimed_s_median": 9.0, "validation_s_median": 3.0, "tokens_per_s_per_device": 50.0,
+        "notes": ["not logged by this verl: advantages, log-probs (old), log-probs (ref), weight sync"],
+    }  # fmt: skip
+    assert document["mfu"] == {
+        "value": 0.004, "model_tflops_per_device": 0.4, "peak_tflops": 100.0, "peak_source": "PEAK_TFLOPS",
+        "active_weights_per_token": 10**9,
+        "formula": "2 x active weights per token x (1 rollout + 1 old log-prob + 1 ref log-prob + 3 actor update) "
+        "passes, for the passes verl timed; x tokens / (step seconds x devices x peak). Attention's quadratic term, "
+        "DeltaNet's state update, recomputation and the vision tower are not counted: a lower bound",
+    }  # fmt: skip
+    assert document["memory"] == [
+        {"phase": "rollout phase (vLLM awake)", "metric": "", "what": "not measured by verl", "measured_gib": None,
+         "estimate_gib": 2.0, "ratio": None, "over_estimate": False, "likely_term": None},
+        {"phase": "actor phase (training)", "metric": names.ACTOR_PEAK_GIB,
+         "what": "the actor worker's device peak (torch max_memory_allocated)", "measured_gib": 5.0,
+         "estimate_gib": 4.0, "ratio": 1.25, "over_estimate": True,
+         "likely_term": "vLLM pool (KV cache): still held while the actor trained"},
+        {"phase": "host RAM per node", "metric": names.HOST_USED_GIB,
+         "what": "the node's used RAM as the actor saw it (psutil; every process on the node)", "measured_gib": 4.0,
+         "estimate_gib": 8.0, "ratio": 0.5, "over_estimate": False, "likely_term": None},
+    ]  # fmt: skip
+    assert document["per_step"][:2] == [
+        {"step": 1, "seconds": 10.0, "phases": {"generation": 4.0, "actor update": 3.0}, "untimed_s": 3.0,
+         "tokens": 1000.0, "tokens_per_s_per_device": 50.0, "verl_throughput": 99.0},
+        {"step": 2, "seconds": 20.0, "phases": {"generation": 5.0, "actor update": 6.0}, "untimed_s": 9.0,
+         "tokens": 3000.0, "tokens_per_s_per_device": 75.0, "verl_throughput": None},
+    ]  # fmt: skip
+    [health] = document["health"]
+    assert (health["sign"], health["since_step"]) == ("gradient norm not finite", 2)
+    assert health["seen"].startswith("actor/grad_norm is inf or NaN")
+
+
+def test_the_table_without_sizes_without_a_peak_and_without_an_estimate() -> None:
+    """The other branches of the table: no tokens logged (n/a), the model's sizes unknown (no MFU), a known model on
+    npu (TFLOP/s without an MFU), no estimate, a measured phase with nothing logged."""
+    steps: dict[int, dict[str, float | None]] = {1: {names.STEP_SECONDS: 8.0, _P["actor update"]: 8.0}}
+    unknown = build_report(steps, ReportInputs(1, 1, None, device_peak("gpu", None), None)).to_text("r")
+    assert unknown.splitlines()[1:] == [
+        "  step (median)                      8.0 s",
+        "  actor update                       8.0 s 100.0 %",
+        "  untimed by verl                    0.0 s",
+        "  tokens/s/device              n/a",
+        "  MFU                                n/a (the model's sizes are unknown)",
+        f"  memory, actor phase: nothing logged ({names.ACTOR_PEAK_GIB}), no estimate",
+        f"  memory, host RAM: nothing logged ({names.HOST_USED_GIB}), no estimate",
+        "  not logged by this verl: advantages, generation, log-probs (old), log-probs (ref), weight sync",
+    ]
+    steps[1][names.TOKENS] = 4000.0  # 500 tokens/s on one device, 3 passes of 2 x 10^9: 3 TFLOP/s
+    npu = build_report(steps, ReportInputs(0, 1, 10**9, device_peak("npu", None), None)).to_text("r").splitlines()
+    assert npu[4:6] == [
+        "  tokens/s/device                  500.0",
+        "  model TFLOP/s/device                 3  (MFU: no peak assumed on npu; set PEAK_TFLOPS to the chip's dense "
+        "bf16 peak for an MFU)",
+    ]  # fmt: skip
+
+
+def test_the_peak_and_where_it_came_from() -> None:
+    assert device_peak("gpu", 312.0) == device_peak("npu", 312.0) == Peak(312.0, "PEAK_TFLOPS")
+    assert device_peak("gpu", None) == Peak(989.0, "an H100's dense bf16 peak; PEAK_TFLOPS for another")
+    assert device_peak("npu", None) == Peak(None, "no peak assumed on npu; set PEAK_TFLOPS to the chip's dense bf16 "
+                                                  "peak for an MFU")  # fmt: skip
+
+
+def test_a_step_shorter_than_a_second_counts_and_one_of_no_time_has_no_rate() -> None:
+    """A step time is kept when positive, however short; a step of 0 s (never a row) gives no rate, not a division."""
+    report = build_report({1: {names.STEP_SECONDS: 0.5, names.TOKENS: 100.0}}, _inputs(devices=2))
+    assert report.tokens_per_s_per_device() == 100.0
+    assert StepRow(1, 0.0, {}, 100.0, None).tokens_per_device_second(1) is None
+
+
+def test_an_actor_peak_over_an_estimate_without_a_vllm_pool_names_its_largest_growing_term() -> None:
+    from recipe.memory_fit import Phase, Term
+
+    memory = dataclasses.replace(_plan_memory(), phases=[
+        Phase("actor phase (training)", [Term("weights", 3 * GIB, True, "x"), Term("logits", 2 * GIB, False, "y"),
+                                         Term("activations", 1 * GIB, False, "y")], None)])  # fmt: skip
+    report = build_report({1: {names.STEP_SECONDS: 1.0, names.ACTOR_PEAK_GIB: 9.0}}, _inputs(memory=memory))
+    assert [row.likely_term for row in report.memory] == ["logits"]
+
+
+def test_a_figure_that_overflows_is_null_in_the_json_and_the_rest_is_kept() -> None:
+    """Hypothesis found it: a step of 1e-308 s gives inf tokens per second (and MFU), and two phases of 1e308 s an
+    untimed -inf; run-report.json has no inf (JSON refuses it), so those figures are null, the others as they were."""
+    tiny = {names.STEP_SECONDS: 1.1125369292536007e-308, names.TOKENS: 2.0}
+    huge = {names.STEP_SECONDS: 1.0, _P["generation"]: 1e308, _P["actor update"]: 1e308}
+    document = json.loads(build_report({1: tiny, 2: huge}, _inputs(7)).to_json())
+    first, second = document["per_step"]
+    assert (first["seconds"], first["tokens"], first["tokens_per_s_per_device"]) == (1.1125369292536007e-308, 2.0, None)
+    assert (second["untimed_s"], second["phases"]) == (None, {"generation": 1e308, "actor update": 1e308})
+    assert document["tokens_per_s_per_device"] is None and document["mfu"]["model_tflops_per_device"] is None
+    assert (document["exit_code"], document["mfu"]["value"], document["mfu"]["peak_tflops"]) == (7, None, GPU_PEAK_TFLOPS)
+
+
+def test_the_metric_names_are_verl_0_9_1s() -> None:
+    """verl's own names (ray_trainer.py's marked_timer, metric_utils.py, engine_workers.py), spelled out: a name the
+    recipe mistypes is a metric never read, which no test through the same constant would see."""
+    assert (names.REWARD, names.STEP_SECONDS, names.VALIDATION_SECONDS) == (
+        "critic/rewards/mean", "timing_s/step", "timing_s/testing")
+    assert (names.TOKENS, names.THROUGHPUT) == ("perf/total_num_tokens", "perf/throughput")
+    assert (names.ACTOR_PEAK_GIB, names.ACTOR_RESERVED_GIB, names.HOST_USED_GIB) == (
+        "actor/perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb", "actor/perf/cpu_memory_used_gb")
+    assert list(names.PHASES.items()) == [
+        ("generation", "timing_s/gen"), ("reward", "timing_s/reward"), ("log-probs (old)", "timing_s/old_log_prob"),
+        ("log-probs (ref)", "timing_s/ref"), ("advantages", "timing_s/adv"), ("actor update", "timing_s/update_actor"),
+        ("save", "timing_s/save_checkpoint"), ("weight sync", "timing_s/update_weights"),
+    ]  # fmt: skip
+    assert list(names.PHASE_SHORT.items()) == [("generation", "gen"), ("reward", "reward"), ("log-probs (old)", "old"),
+                                               ("log-probs (ref)", "ref"), ("advantages", "adv"),
+                                               ("actor update", "update"), ("save", "save"), ("weight sync", "sync")]  # fmt: skip
+    assert names.READ_BACK == {names.REWARD, names.STEP_SECONDS, names.VALIDATION_SECONDS, names.TOKENS,
+                               names.THROUGHPUT, names.ACTOR_PEAK_GIB, names.ACTOR_RESERVED_GIB, names.HOST_USED_GIB,
+                               *names.PHASES.values()}  # fmt: skip
+    assert len(names.READ_BACK) == 16
+
+
+def test_the_bounds_of_what_counts_zero_is_a_value_a_step_of_zero_seconds_is_none() -> None:
+    """Issue 52, the edges as named cases (the property test above reached them only by chance): a phase, a token
+    count, a memory peak or a validation of 0 (or below 1) is logged and kept; a step of 0 s or of no finite time is
+    left out, and the steps after it are kept; an infinite throughput is none."""
+    steps: dict[int, dict[str, float | None]] = {
+        1: {names.STEP_SECONDS: 0.0, names.TOKENS: 50.0},
+        2: {names.STEP_SECONDS: math.nan},
+        3: {names.STEP_SECONDS: 4.0, _P["advantages"]: 0.0, names.TOKENS: 0.0, names.THROUGHPUT: math.inf,
+            names.ACTOR_PEAK_GIB: 0.0, names.VALIDATION_SECONDS: 0.0},
+        4: {names.STEP_SECONDS: 2.0, _P["advantages"]: 0.5, names.TOKENS: 0.5, names.HOST_USED_GIB: 0.5},
+    }  # fmt: skip
+    report = build_report(steps, _inputs())
+    assert [(row.step, row.phases, row.tokens, row.verl_throughput) for row in report.steps] == [
+        (3, {"advantages": 0.0}, 0.0, None), (4, {"advantages": 0.5}, 0.5, None)]
+    assert [row.measured_gib for row in report.memory] == [0.0, 0.5] and report.validation_s == 0.0
+    assert build_report({1: {names.VALIDATION_SECONDS: 0.5}}, _inputs()).validation_s == 0.5
+    assert build_report({1: {names.STEP_SECONDS: -1.0}, 2: {}}, _inputs()).notes == [
+        "2 step(s) logged, none with a finite step time (timing_s/step)"]
+
+
+def test_a_peak_of_exactly_a_tenth_over_the_estimate_is_not_over_it() -> None:
+    """OVER_ESTIMATE's bound itself: 4.4 GiB against 4 GiB is a ratio of exactly 1.1."""
+    steps = {1: {names.STEP_SECONDS: 1.0, names.ACTOR_PEAK_GIB: 4.4}}
+    [_, actor, _] = build_report(steps, _inputs(memory=_small_memory())).memory
+    assert actor.ratio == 1.1 and actor.likely_term is None
+
+
+def test_an_overflowed_rate_reads_inf_in_the_table() -> None:
+    tiny = {1: {names.STEP_SECONDS: 1.1125369292536007e-308, names.TOKENS: 2.0}}
+    lines = build_report(tiny, _inputs()).to_text("r").splitlines()
+    assert "  tokens/s/device                    inf" in lines

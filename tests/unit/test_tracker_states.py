@@ -162,3 +162,137 @@ def test_the_real_plan_and_run_refuse_a_fresh_start_over_saves_and_write_nothing
     assert recorded(tmp_path) is None
     assert sorted((p, p.is_symlink() or p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
     assert json.dumps(state.expected()) == json.dumps(["refused", None])
+
+
+# --- the resume point and the planned total, by direct calls (issue 52: every resume_mode; totals raised, lowered,
+# estimated) ----------------------------------------------------------------------------------------------------------
+
+
+def _saved(root: Path, *steps: int, tracked: int | None = None) -> None:
+    """Finished saves of `steps` under root, and the tracker naming `tracked` (none when None)."""
+    State(None if tracked is None else str(tracked).encode(), tuple((s, True) for s in steps)).lay(root)
+
+
+@pytest.mark.parametrize(("mode", "resume_from", "step", "reason"), [
+    ("disable", None, None, "trainer.resume_mode=disable"),
+    ("resume_path", None, None, "trainer.resume_mode=resume_path without trainer.resume_from_path"),
+    ("resume_path", "", None, "trainer.resume_mode=resume_path without trainer.resume_from_path"),
+    ("resume_path", "/ck/p/e/latest", None, "trainer.resume_from_path=/ck/p/e/latest names no global_step_N directory"),
+    ("resume_path", "/ck/p/e/global_step_7", 7, "trainer.resume_from_path=/ck/p/e/global_step_7"),
+    ("resume_path", "/ck/global_step_3/x", None, "trainer.resume_from_path=/ck/global_step_3/x names no global_step_N "
+                                                  "directory"),
+    ("auto", None, 4, "the newest save under {root} (trainer.resume_mode=auto)"),
+    (None, None, 4, "the newest save under {root} (trainer.resume_mode=auto)"),  # verl's default mode is auto
+])  # fmt: skip
+def test_every_resume_mode_names_its_step_and_why(tmp_path: Path, mode: str | None, resume_from: str | None,
+                                                   step: int | None, reason: str) -> None:
+    from recipe.run_length import StepTotal, resume_point
+
+    _saved(tmp_path, 2, 4, tracked=4)
+    point = resume_point(mode, resume_from, tmp_path, StepTotal(4, False))
+    assert (point.step, point.reason) == (step, reason.format(root=tmp_path))
+    assert point.path == (None if step is None else (tmp_path / "global_step_4" if mode in ("auto", None)
+                                                      else Path(str(resume_from))))  # fmt: skip
+    assert point.finished is (step is not None and step >= 4)
+
+
+@pytest.mark.parametrize(("saved", "total", "finished", "said"), [
+    (20, None, False, "resumes from global_step_20: r"),
+    (20, (300, False), False, "resumes from global_step_20 (of 300 planned): r"),
+    (20, (20, False), True, "resumes from global_step_20 (of 20 planned): r; the run already finished: nothing is "
+                            "left to train"),
+    (20, (19, False), True, "resumes from global_step_20 (of 19 planned): r; the run already finished: nothing is "
+                            "left to train"),  # the total lowered after the save
+    (20, (21, False), False, "resumes from global_step_20 (of 21 planned): r"),  # raised: one more step
+    (20, (20, True), True, "resumes from global_step_20 (of about 20 planned): r; the run already finished: nothing "
+                           "is left to train"),
+    (20, (21, True), False, "resumes from global_step_20 (of about 21 planned): r"),
+    (None, (20, False), False, "starts fresh: r"),
+])  # fmt: skip
+def test_a_resume_point_against_a_total_raised_lowered_or_estimated(
+    saved: int | None, total: tuple[int, bool] | None, finished: bool, said: str
+) -> None:
+    from recipe.run_length import ResumePoint, StepTotal
+
+    planned = None if total is None else StepTotal(*total)
+    point = ResumePoint(saved, None if saved is None else Path(f"/ck/global_step_{saved}"), "r", planned)
+    assert (point.finished, point.describe()) == (finished, said)
+    assert point.to_dict() == {
+        "action": "fresh" if saved is None else "resume", "step": saved,
+        "path": None if saved is None else f"/ck/global_step_{saved}", "reason": "r",
+        "planned_steps": None if total is None else total[0], "planned_steps_estimated": None if total is None else total[1],
+        "finished": finished,
+    }  # fmt: skip
+
+
+def test_the_total_says_about_only_when_estimated() -> None:
+    from recipe.run_length import StepTotal, total_steps
+
+    assert (str(StepTotal(12, False)), str(StepTotal(12, True))) == ("12", "about 12")
+    assert total_steps("12", Path("/absent.parquet"), 4, 1) == StepTotal(12, False)
+    assert total_steps("twelve", Path("/absent.parquet"), 4, 1) is None
+
+
+def test_the_saves_are_listed_lowest_step_first_by_number_and_only_verls_names(tmp_path: Path) -> None:
+    from recipe.run_length import saved_steps
+
+    assert saved_steps(tmp_path / "absent") == []
+    for name in ("global_step_10", "global_step_9", "global_step_100", "global_step_x", "global_step_", "step_3",
+                 "global_step_2.tmp", "global_step_٣"):  # the last one's digit is Arabic-Indic: not verl's
+        (tmp_path / name).mkdir()
+    (tmp_path / "global_step_1").write_text("a file counts too")
+    assert saved_steps(tmp_path) == ["global_step_1", "global_step_9", "global_step_10", "global_step_100"]
+
+
+@pytest.mark.parametrize(("steps", "listed"), [
+    ((1, 2, 3), "global_step_1, global_step_2, global_step_3"),
+    ((1, 2, 3, 4), "global_step_1, global_step_2, global_step_3 and 1 more"),
+    ((5, 6, 7, 8, 9, 10), "global_step_5, global_step_6, global_step_7 and 3 more"),
+])  # fmt: skip
+def test_a_fresh_start_over_saves_is_refused_naming_three_of_them_and_how_many_more(
+    tmp_path: Path, steps: tuple[int, ...], listed: str
+) -> None:
+    from recipe.run_length import ResumeCheckError, resume_point
+
+    _saved(tmp_path, *steps)
+    with pytest.raises(ResumeCheckError) as refused:
+        resume_point("auto", None, tmp_path, None)
+    assert str(refused.value) == (f"no tracker, so verl would train afresh over the saves beside it ({listed}), "
+                                  "overwriting or mixing them")  # fmt: skip
+    (tmp_path / TRACKER_NAME).write_text("99")
+    with pytest.raises(ResumeCheckError) as named:
+        resume_point("auto", None, tmp_path, None)
+    assert str(named.value).startswith(f"{tmp_path / TRACKER_NAME} names a step that is not saved, so verl would ")
+
+
+def test_auto_without_saves_starts_fresh_and_says_why(tmp_path: Path) -> None:
+    from recipe.run_length import resume_point
+
+    assert resume_point("auto", None, tmp_path, None).reason == f"nothing saved under {tmp_path} yet"
+    (tmp_path / TRACKER_NAME).write_text("3")
+    fresh = resume_point("auto", None, tmp_path, None)
+    assert (fresh.step, fresh.reason) == (None, f"the tracker under {tmp_path} names a step that is not saved, and "
+                                                "nothing is")  # fmt: skip
+
+
+def test_a_tracked_save_verl_never_finished_or_without_its_hf_export_is_refused_by_name(tmp_path: Path) -> None:
+    from recipe.run_length import RESUMED_HF_DIR, ResumeCheckError, resume_point
+
+    State(b"5", ((5, False),)).lay(tmp_path)
+    step_dir = tmp_path / "global_step_5"
+    with pytest.raises(ResumeCheckError) as unfinished:
+        resume_point("auto", None, tmp_path, None)
+    assert str(unfinished.value) == (f"the checkpoint resume would load (step 5) is incomplete: "
+                                     f"{step_dir / 'actor' / 'ckpt_contents.json'}, which verl writes last, is missing")  # fmt: skip
+    (step_dir / "actor" / "ckpt_contents.json").write_text("{}")
+    with pytest.raises(ResumeCheckError) as no_export:
+        resume_point("auto", None, tmp_path, None)
+    assert str(no_export.value) == (f"the checkpoint resume would load (step 5) has no HF export at "
+                                    f"{step_dir / RESUMED_HF_DIR} (the weights verl reloads), so it cannot be checked")  # fmt: skip
+    assert RESUMED_HF_DIR == "actor/model/huggingface"
+    (tmp_path / TRACKER_NAME).unlink()
+    (tmp_path / TRACKER_NAME).symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ResumeCheckError) as dangling:
+        resume_point("auto", None, tmp_path, None)
+    assert str(dangling.value) == (f"cannot tell which checkpoint verl would resume from: {tmp_path / TRACKER_NAME} is "
+                                   "a link that leads nowhere (dangling or looping)")  # fmt: skip

@@ -621,3 +621,130 @@ def test_the_smoke_assets_are_announced_before_the_build_starts(tmp_path: Path, 
     monkeypatch.setattr(recipe.smoke, "prepare_smoke_assets", lambda root: seen.append(piped.unflushed))
     trainer._prepare_smoke(tmp_path / "assets")
     assert seen == [""] and piped.getvalue() == f"Preparing the smoke model and data in {tmp_path / 'assets'}\n"
+
+
+# --- the run report, the prompt budget, the bench data (issue 52) ---------------------------------------------------
+
+
+def _rooted(base: Plan, tmp_path: Path, **settings: str) -> Plan:
+    """`_ours` with the plan's own checkpoint root and TensorBoard folder under tmp_path too."""
+    plan = _ours(base, tmp_path, **settings)
+    overrides = [o for o in plan.overrides if not o.startswith("trainer.default_local_dir=")]
+    return dataclasses.replace(plan, overrides=[*overrides, f"trainer.default_local_dir='{_root(tmp_path)}'"],
+                               env={**plan.env, "TENSORBOARD_DIR": str(tmp_path / "tb")})  # fmt: skip
+
+
+def test_the_run_report_counts_every_device_of_every_node_and_is_written_beside_the_checkpoints(
+    plans: dict[str, Plan], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two nodes of four devices: the report's devices are the world's eight, whatever the trainer's end."""
+    plan = _rooted(plans["full"], tmp_path)
+    plan = dataclasses.replace(plan, layout=dataclasses.replace(plan.layout, nnodes=2, ndevices_per_node=4))
+    assert plan.layout.world_size == 8
+    report = trainer.write_run_report(plan, 143)
+    assert report is not None and report.devices == 8 and report.outcome == "stopped (SIGTERM)"
+    written = json.loads((_root(tmp_path) / trainer.REPORT_FILE).read_text())
+    assert (written["devices"], written["exit_code"], written["steps_reported"]) == (8, 143, 0)
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"run report ({_root(tmp_path) / 'run-report.json'}): stopped (SIGTERM), 0 step(s) on 8 device(s)")
+
+
+def test_a_run_report_that_cannot_be_read_or_written_is_a_warning_and_the_exit_stays(
+    plans: dict[str, Plan], tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = _rooted(plans["full"], tmp_path)
+    (tmp_path / "tb").mkdir()
+    os.mkfifo(tmp_path / "tb" / "events.out.tfevents.1.host")  # never opened: named instead
+    with caplog.at_level(logging.WARNING, logger="recipe"):
+        assert trainer.write_run_report(plan, 1) is None
+    assert caplog.messages == [f"no run report: cannot read verl's metrics under {tmp_path / 'tb'} "
+                               f"({tmp_path / 'tb' / 'events.out.tfevents.1.host'}: not a regular file)"]  # fmt: skip
+    caplog.clear()
+    (tmp_path / "tb" / "events.out.tfevents.1.host").unlink()
+    _root(tmp_path).mkdir(parents=True)
+    (_root(tmp_path) / trainer.REPORT_FILE).mkdir()  # a folder where the report goes
+    with caplog.at_level(logging.WARNING, logger="recipe"):
+        report = trainer.write_run_report(plan, 1)
+    assert report is not None and report.outcome == "failed (exit 1)"
+    [warning] = caplog.messages
+    assert warning.startswith(f"cannot write {_root(tmp_path) / trainer.REPORT_FILE}: ")
+    assert "run report (" in capsys.readouterr().out  # the table all the same
+
+
+def _manifest(tmp_path: Path, tokens: list[int]) -> None:
+    """prepare-data's manifest beside the plan's training file, with these prompt lengths."""
+    import hashlib
+
+    train = tmp_path / "train.parquet"
+    record = {"files": {"train": {"file": train.name, "sha256": hashlib.sha256(train.read_bytes()).hexdigest()}},
+              "prompt_tokens": {"train": {"tokens": tokens}}}  # fmt: skip
+    (tmp_path / "manifest.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize(("tokens", "limit", "said"), [
+    (None, "1024", "INFO prompt lengths against data.max_prompt_length: not checked (no manifest.json beside {train} "
+                   "(prepare-data writes one))"),
+    ([10] * 98 + [2000, 3000], "abc", "INFO prompt lengths against data.max_prompt_length: not checked "
+                                      "(data.max_prompt_length=abc)"),
+    ([10] * 98 + [2000, 3000], "1024", "WARNING data.max_prompt_length=1024: verl will drop 2 of the 100 training rows "
+                                       "(2.0 %)"),
+    ([10] * 99 + [3000], "1024", None),  # 1 %: not more than 1 %
+])  # fmt: skip
+def test_the_prompt_budget_is_checked_against_the_plans_limit_and_training_file(
+    plans: dict[str, Plan], tmp_path: Path, caplog: pytest.LogCaptureFixture, tokens: list[int] | None, limit: str,
+    said: str | None,
+) -> None:  # fmt: skip
+    plan = _ours(plans["full"], tmp_path)
+    overrides = [o for o in plan.overrides if not o.startswith(("data.max_prompt_length=", "data.train_files="))]
+    plan = dataclasses.replace(plan, overrides=[*overrides, f"data.max_prompt_length={limit}",
+                                                f"data.train_files='{tmp_path / 'train.parquet'}'"])  # fmt: skip
+    if tokens is not None:
+        _manifest(tmp_path, tokens)
+    with caplog.at_level(logging.INFO, logger="recipe"):
+        trainer._warn_about_prompt_budget(plan)
+    lines = [f"{r.levelname} {r.getMessage()}" for r in caplog.records if "prompt" in r.getMessage()]
+    if said is None:
+        assert lines == []
+    else:
+        [line] = lines
+        assert line.startswith(said.format(train=tmp_path / "train.parquet")), line
+
+
+def test_the_bench_writes_its_rows_only_where_the_plan_reads_them(
+    plans: dict[str, Plan], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The plan's steps x TRAIN_BATCH_SIZE rows under CHECKPOINT_DIR/bench-data; nothing when data.train_files is
+    the user's (issue 52: a user's files under CHECKPOINT_DIR are never replaced)."""
+    import recipe.bench
+    from recipe.smoke import shipped_model_dir
+
+    written: list[tuple[Path, int, int]] = []
+    monkeypatch.setattr(recipe.bench, "write_bench_data", lambda directory, *rows: written.append((directory, *rows)))
+    settings = settings_of(**ONE_DEVICE, PROFILE="bench", CHECKPOINT_DIR=str(tmp_path / "ck"), TRAIN_BATCH_SIZE=3,
+                           MODEL_PATH=str(shipped_model_dir()))  # fmt: skip
+    plan = build_plan(settings, environ={}, extra_overrides=["trainer.total_training_steps=5"])
+    trainer.prepare_bench(plan)
+    assert written == [(tmp_path / "ck" / "bench-data", 15, 3)]
+    assert capsys.readouterr().out == f"Writing the bench's 15 synthetic prompts in {tmp_path / 'ck' / 'bench-data'}\n"
+    mine = tmp_path / "ck" / "mine" / "train.parquet"
+    trainer.prepare_bench(dataclasses.replace(plan, overrides=[*plan.overrides, f"data.train_files='{mine}'"]))
+    trainer.prepare_bench(plans["full"])  # no bench: nothing
+    assert len(written) == 1
+
+
+def test_a_worker_asks_the_heads_report_written_after_it_joined(
+    plans: dict[str, Plan], tmp_path: Path, machine: Trainer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report under the plan's checkpoint root, as it was when the worker joined: one the head writes later
+    saying exit 0 is a finished run; the one already there is an earlier run's."""
+    joined: list[dict[str, Any]] = []
+    monkeypatch.setattr(trainer.supervisors, "run_worker", lambda role, **kw: joined.append(kw) or 0)
+    plan = _rooted(plans["full"], tmp_path, NNODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1")
+    report = _root(tmp_path) / "run-report.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({"outcome": "finished", "exit_code": 0}))  # an earlier run's
+    assert run_command(plan) == 0
+    run_ended = joined[0]["run_ended"]
+    assert run_ended() is None
+    report.write_text(json.dumps({"outcome": "finished", "exit_code": 0, "steps_reported": 12}))
+    assert run_ended() == "the head's run report (run-report.json) says it finished with exit 0"

@@ -173,3 +173,48 @@ def test_any_json_document_is_lengths_or_a_reason(document: Any) -> None:
         train.write_bytes(b"x")
         (Path(scratch) / "manifest.json").write_text(json.dumps(document))
         assert isinstance(recorded_lengths(train), str)  # never prepare-data's shape by chance
+
+
+@pytest.mark.parametrize(("tokens", "counted"), [([0, 2**31 - 1], True), ([1, 2**31], False)],
+                         ids=["0-and-the-largest-int32", "past-int32"])  # fmt: skip
+def test_a_token_count_is_a_whole_number_from_0_below_2_to_the_31(tmp_path: Path, tokens: list[int], counted: bool) -> None:
+    """The bounds themselves: an empty prompt counts 0 tokens; a count past a signed 32-bit integer is none of
+    prepare-data's."""
+    answer = recorded_lengths(manifest(tmp_path, tokens))
+    assert answer == (lengths(*tokens) if counted else
+                      f"{tmp_path / 'manifest.json'}: prompt_tokens.train.tokens is not a list of token counts")  # fmt: skip
+
+
+def test_each_reason_names_the_manifest_and_the_field_in_full(tmp_path: Path) -> None:
+    """The whole line a user reads, not only its end: which manifest, which field, what to do."""
+    where = tmp_path / "manifest.json"
+    train = manifest(tmp_path, [1, 2], sha="0" * 64)
+    assert recorded_lengths(train) == (f"{where} describes another train.parquet (its sha256 differs): run "
+                                       "prepare-data again")  # fmt: skip
+    record = json.loads(where.read_text())
+    del record["files"]["train"]["sha256"]
+    where.write_text(json.dumps(record))
+    assert recorded_lengths(train) == f"{where}: files.train names no sha256 of train.parquet: run prepare-data again"
+    record["files"]["train"] = "train.parquet"  # an entry that is no mapping names no file
+    where.write_text(json.dumps(record))
+    assert recorded_lengths(train) == f"{where}: names no file train.parquet"
+    where.write_text(json.dumps({"files": [], "prompt_tokens": {}}))
+    assert recorded_lengths(train) == f"{where}: names no file train.parquet"
+
+
+def test_a_training_file_that_cannot_be_hashed_is_a_reason(tmp_path: Path) -> None:
+    """The manifest names train.parquet, but that name is a folder: nothing ties the lengths to it."""
+    train = manifest(tmp_path, [1, 2])
+    train.unlink()
+    train.mkdir()
+    assert recorded_lengths(train) == f"{train}: cannot be hashed (FileRefused)"
+
+
+def test_no_rows_no_warning_and_the_share_is_said_with_one_decimal() -> None:
+    assert prompt_budget_warning(lengths(), 0) is None
+    warning = prompt_budget_warning(lengths(*([10] * 985), *([20] * 15)), 10)
+    assert warning is not None and warning.startswith(
+        "data.max_prompt_length=10: verl will drop 15 of the 1000 training rows (1.5 %) as too long")
+    assert "; 20 keeps 99 %: " in warning
+    half = prompt_budget_warning(lengths(10, 10, 20, 20), 10)
+    assert half is not None and "drop 2 of the 4 training rows (50.0 %)" in half

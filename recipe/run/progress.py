@@ -20,14 +20,15 @@ from typing import Any
 
 from recipe.numbers import finite_or_none
 from recipe.read_back import FileRefused
-from recipe.run.health import HEALTH_METRICS, MISMATCH_KL, SIGN_NAMES, HealthWatch
-from recipe.run.verl_metrics import PHASE_SHORT, PHASES, READ_BACK, REWARD, STEP_SECONDS, THROUGHPUT
+from recipe.run.health import HEALTH_METRICS, MISMATCH_ABS, MISMATCH_KL, SIGN_NAMES, HealthWatch, Thresholds
+from recipe.run.verl_metrics import CAPPED_TOKENS, PHASE_SHORT, PHASES, READ_BACK, REWARD, STEP_SECONDS, THROUGHPUT
 from recipe.run_length import StepTotal
 
 logger = logging.getLogger("recipe")
 
 #: What each progress line holds, in the words `run --help`, the README and docs/deploy.md use (a test keeps them equal).
-PROGRESS_LINE = "step of total, mean reward, s/step and its split into verl's phases, tokens/s/device, the rollout/training KL, ETA"
+PROGRESS_LINE = ("step of total, mean reward, s/step and its split into verl's phases, tokens/s/device, the rollout/training "
+                 "mismatch in NeMo-RL's and slime's units beside their bounds and the share of tokens the correction capped, ETA")
 #: A step time past this (a year) is no time of a step: left out of the ETA.
 MAX_STEP_SECONDS = 365 * 86400.0
 #: How often the event files are read again.
@@ -133,7 +134,8 @@ def progress_line(
     step: int, metrics: dict[str, float | None], total: StepTotal | None, recent_seconds: list[float]
 ) -> str:
     """`step 3 of about 120, reward 0.412, 95.2 s/step (gen 14.0, old 7.3, update 70.1, sync 0.2), 29.4 tokens/s/device,
-    KL 0.0012, ETA 3h05m`: the parts verl logged, n/a where not finite."""
+    KL 0.0012 (bound 0.002), |Δlog p| 0.011 (bound 0.1), capped 0.1 %, ETA 3h05m`: the parts verl logged, n/a where
+    not finite."""
     parts = [f"step {step}" + (f" of {total}" if total else "")]
     if REWARD in metrics:
         parts.append(f"reward {_shown(metrics[REWARD], '.3f')}")
@@ -142,8 +144,15 @@ def progress_line(
         parts.append(f"{_shown(metrics[STEP_SECONDS], '.1f')} s/step" + (f" ({', '.join(split)})" if split else ""))
     if THROUGHPUT in metrics:
         parts.append(f"{_shown(metrics[THROUGHPUT], '.1f')} tokens/s/device")
-    if MISMATCH_KL in metrics:  # verl's KL between the rollout's and the trainer's policies (docs/health.md)
-        parts.append(f"KL {_shown(metrics[MISMATCH_KL], '.2g')}")
+    # The rollout/training mismatch in each anchor's unit beside the bound its health sign starts at (docs/health.md).
+    limits = Thresholds()
+    if MISMATCH_KL in metrics:
+        parts.append(f"KL {_shown(metrics[MISMATCH_KL], '.2g')} (bound {limits.mismatch_kl:g})")
+    if MISMATCH_ABS in metrics:
+        parts.append(f"|Δlog p| {_shown(metrics[MISMATCH_ABS], '.2g')} (bound {limits.mismatch_abs:g})")
+    if CAPPED_TOKENS in metrics:
+        capped = metrics[CAPPED_TOKENS]
+        parts.append(f"capped {_shown(None if capped is None else 100 * capped, '.1f')} %")
     if total and recent_seconds and total.steps > step:
         parts.append(f"ETA {_duration((total.steps - step) * sum(recent_seconds) / len(recent_seconds))}")
     return "progress: " + ", ".join(parts)

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from recipe.memory_fit import GIB, MemoryEstimate
 from recipe.run import verl_metrics as names
-from recipe.run.health import Sign, signs_of
+from recipe.run.health import MISMATCH_ABS, MISMATCH_KL, Sign, Thresholds, signs_of
 
 #: What the report says of a run, by the trainer's exit status.
 STOPPED_CODES = {130: "stopped (SIGINT)", 143: "stopped (SIGTERM)"}
@@ -213,6 +213,8 @@ class RunReport:
     notes: list[str] = field(default_factory=list)
     #: The signs of a failing run it showed (recipe.run.health), in the order they started.
     signs: list[Sign] = field(default_factory=list)
+    #: The rollout/training mismatch in each unit over the steps (mismatch_figures).
+    mismatch: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def phase_medians(self) -> dict[str, tuple[float, int]]:
         """label -> (median seconds over the steps that ran it, how many steps did)."""
@@ -270,6 +272,7 @@ class RunReport:
             "memory": [row.to_dict() for row in self.memory],
             "per_step": [row.to_dict(self.devices) for row in self.steps],
             "health": [{"sign": sign.name, "since_step": sign.since, "seen": sign.seen} for sign in self.signs],
+            "mismatch": self.mismatch,
             "notes": self.notes,
         }
 
@@ -315,9 +318,33 @@ class RunReport:
             if row.likely_term:
                 lines.append(f"    over the estimate by {100 * (row.ratio or 0) - 100:.0f} %: most likely "
                              f"{row.likely_term} grew; please report it (docs/performance.md)")  # fmt: skip
+        for unit, figures in self.mismatch.items():
+            label, form, scale = MISMATCH_SHOWN[unit]
+            bound = "" if figures["bound"] is None else f" (bound {figures['bound']:g})"
+            lines.append(f"  {label:28} median {format(scale * (figures['median'] or 0.0), form)}, "
+                         f"worst {format(scale * (figures['worst'] or 0.0), form)}{bound}")  # fmt: skip
         lines += [f"  health: {sign.name} from step {sign.since} ({sign.seen})" for sign in self.signs]
         lines += [f"  {note}" for note in self.notes]
         return "\n".join(lines)
+
+
+#: The mismatch's units in the table: label, number format, scale.
+MISMATCH_SHOWN = {"kl": ("mismatch, KL", ".2g", 1.0), "abs_log_prob_diff": ("mismatch, |Δlog p| per token", ".2g", 1.0),
+                  "capped_tokens": ("tokens capped, %", ".2f", 100.0)}  # fmt: skip
+
+
+def mismatch_figures(metrics: Mapping[int, Mapping[str, float | None]]) -> dict[str, dict[str, float | None]]:
+    """The rollout/training mismatch over the run's steps, in each unit verl (or recipe.mismatch) logged: the median,
+    the worst step's value (the largest in size: verl's KL is signed) and the bound its health sign starts at
+    (docs/health.md); and the share of tokens the correction capped. A unit no step logged is left out."""
+    limits = Thresholds()
+    out: dict[str, dict[str, float | None]] = {}
+    for unit, tag, bound in (("kl", MISMATCH_KL, limits.mismatch_kl), ("abs_log_prob_diff", MISMATCH_ABS, limits.mismatch_abs),
+                             ("capped_tokens", names.CAPPED_TOKENS, None)):  # fmt: skip
+        values = [value for step in sorted(metrics) if _finite(value := metrics[step].get(tag))]
+        if values:
+            out[unit] = {"median": statistics.median(values), "worst": max(values, key=abs), "bound": bound}  # type: ignore[arg-type]
+    return out
 
 
 def _finite_only(value: Any) -> Any:
@@ -353,4 +380,4 @@ def build_report(metrics: Mapping[int, Mapping[str, float | None]], inputs: Repo
                           and math.isfinite(v) and v >= 0])  # fmt: skip
     return RunReport(outcome(inputs.exit_code), inputs.exit_code, inputs.devices, rows,
                      memory_rows(metrics, inputs.memory), validation, inputs.active_per_token, inputs.peak, notes,
-                     signs_of(metrics))  # fmt: skip
+                     signs_of(metrics), mismatch_figures(metrics))  # fmt: skip

@@ -46,8 +46,12 @@ ACTOR_PEAK_GIB = "actor/perf/max_memory_allocated_gb"
 ACTOR_RESERVED_GIB = "actor/perf/max_memory_reserved_gb"
 HOST_USED_GIB = "actor/perf/cpu_memory_used_gb"
 
+#: The share of response tokens whose importance ratio the rollout correction capped (verl/trainer/ppo/
+#: rollout_corr_helper.py: the tokens above rollout_is_threshold, which truncated importance sampling truncates).
+CAPPED_TOKENS = "rollout_corr/rollout_is_ratio_fraction_high"
+
 #: Every metric `run` reads back from the event files.
 READ_BACK = frozenset(
     {REWARD, STEP_SECONDS, VALIDATION_SECONDS, TOKENS, THROUGHPUT, ACTOR_PEAK_GIB, ACTOR_RESERVED_GIB, HOST_USED_GIB,
-     *PHASES.values()}  # fmt: skip
+     CAPPED_TOKENS, *PHASES.values()}  # fmt: skip
 )

@@ -192,16 +192,29 @@ def test_the_eta_averages_the_last_five_steps_only(tmp_path: Path, monkeypatch: 
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("kl", "shown"), [(0.0043, "KL 0.0043"), (2.5e-05, "KL 2.5e-05"), (math.nan, "KL n/a")])
-def test_the_rollout_training_kl_is_shown_before_the_eta(kl: float, shown: str) -> None:
-    """Issue 53: the mismatch, each step, in NeMo-RL's unit (verl's rollout_corr/kl), in the words PROGRESS_LINE says."""
+@pytest.mark.parametrize(("kl", "gap", "capped", "shown"), [
+    (0.0043, 0.0121, 0.0, "KL 0.0043 (bound 0.002), |Δlog p| 0.012 (bound 0.1), capped 0.0 %"),
+    (2.5e-05, 0.25, 0.0125, "KL 2.5e-05 (bound 0.002), |Δlog p| 0.25 (bound 0.1), capped 1.2 %"),
+    (math.nan, math.inf, math.nan, "KL n/a (bound 0.002), |Δlog p| n/a (bound 0.1), capped n/a %"),
+])  # fmt: skip
+def test_the_mismatch_in_both_units_and_the_capped_share_are_shown_before_the_eta(
+    kl: float, gap: float, capped: float, shown: str
+) -> None:
+    """Issue 53: the mismatch, each step, in NeMo-RL's unit (verl's rollout_corr/kl) and slime's (the recipe's mean
+    absolute gap per token), each beside its sign's bound, and the share of tokens the correction capped, in the
+    words PROGRESS_LINE says."""
     from recipe.numbers import finite_or_none
-    from recipe.run.health import MISMATCH_KL
+    from recipe.run.health import MISMATCH_ABS, MISMATCH_KL
     from recipe.run.progress import PROGRESS_LINE, progress_line
+    from recipe.run.verl_metrics import CAPPED_TOKENS
 
-    line = progress_line(1, {STEP_SECONDS: 10.0, MISMATCH_KL: finite_or_none(kl)}, StepTotal(3, False), [10.0])
+    metrics = {STEP_SECONDS: 10.0, MISMATCH_KL: finite_or_none(kl), MISMATCH_ABS: finite_or_none(gap),
+               CAPPED_TOKENS: finite_or_none(capped)}  # fmt: skip
+    line = progress_line(1, metrics, StepTotal(3, False), [10.0])
     assert line == f"progress: step 1 of 3, 10.0 s/step, {shown}, ETA 0m20s"
-    assert PROGRESS_LINE.endswith("tokens/s/device, the rollout/training KL, ETA")
+    assert progress_line(1, {STEP_SECONDS: 10.0}, StepTotal(3, False), [10.0]) == "progress: step 1 of 3, 10.0 s/step, ETA 0m20s"
+    assert PROGRESS_LINE.endswith("tokens/s/device, the rollout/training mismatch in NeMo-RL's and slime's units beside "
+                                  "their bounds and the share of tokens the correction capped, ETA")
 
 
 def test_the_line_splits_the_step_into_verls_phases_in_their_order_and_gives_the_rate() -> None:

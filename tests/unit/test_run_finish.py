@@ -115,10 +115,10 @@ def _save(tmp_path: Path, step: int, status: str | None = "complete", manifest: 
 
 
 class SavesThenDies(Trainer):
-    """A trainer that saves `step` and then dies of SIGSEGV (exit 139)."""
+    """A trainer that saves `step` and then dies of SIGSEGV (exit 139), or ends with `code`."""
 
-    def __init__(self, tmp_path: Path, step: int) -> None:
-        super().__init__(128 + signal.SIGSEGV)
+    def __init__(self, tmp_path: Path, step: int, code: int = 128 + signal.SIGSEGV) -> None:
+        super().__init__(code)
         self.tmp_path, self.step = tmp_path, step
 
     def __call__(self, argv: object, env: dict[str, str]) -> int:
@@ -138,6 +138,22 @@ def test_a_trainer_killed_by_a_signal_after_its_final_save_finished_the_run(
     said = [line for line in capsys.readouterr().out.splitlines() if "died of signal" in line]
     assert said == ([f"run: the trainer's process died of signal 11 (exit 139) after the run's last save, step 2 of 2, "
                      f"saved under {_root(tmp_path)} (HF export complete): the run finished; exit 0"] if expected == 0 else [])
+
+
+@pytest.mark.parametrize(("code", "expected"), [(128, 128), (129, 0)], ids=["exit-128", "sighup"])
+def test_only_an_exit_past_128_is_a_signal_that_the_final_save_excuses(
+    plans: dict[str, Plan], tmp_path: Path, machine: Trainer, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    capsys: pytest.CaptureFixture[str], code: int, expected: int,
+) -> None:  # fmt: skip
+    """128 is an exit status of the trainer's own (signal 0 does not exist); 129 is SIGHUP's (128 + 1)."""
+    from recipe.run import trainer
+
+    monkeypatch.setattr(trainer, "execute", SavesThenDies(tmp_path, TOTAL, code))
+    assert run_command(_planned(plans["full"], tmp_path), progress=False) == expected
+    said = [line for line in capsys.readouterr().out.splitlines() if "died of signal" in line]
+    assert said == ([] if expected else ["run: the trainer's process died of signal 1 (exit 129) after the run's last "
+                                          f"save, step 2 of 2, saved under {_root(tmp_path)} (HF export complete): the "
+                                          "run finished; exit 0"])  # fmt: skip
 
 
 def test_a_second_run_after_a_finished_one_exits_0_and_starts_nothing(

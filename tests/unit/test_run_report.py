@@ -324,6 +324,7 @@ def test_the_json_of_three_steps_on_two_devices_field_by_field() -> None:
         "outcome": "stopped (SIGTERM)", "exit_code": 143, "devices": 2, "steps_reported": 3, "step_s_median": 20.0,
         "phases_median_s": {"generation": {"median_s": 4.5, "steps": 2}, "actor update": {"median_s": 6.0, "steps": 3}},
         "untimed_s_median": 9.0, "validation_s_median": 3.0, "tokens_per_s_per_device": 50.0,
+        "mismatch": {},  # none of its metrics logged
         "notes": ["not logged by this verl: advantages, log-probs (old), log-probs (ref), weight sync"],
     }  # fmt: skip
     assert document["mfu"] == {
@@ -432,10 +433,11 @@ def test_the_metric_names_are_verl_0_9_1s() -> None:
     assert list(names.PHASE_SHORT.items()) == [("generation", "gen"), ("reward", "reward"), ("log-probs (old)", "old"),
                                                ("log-probs (ref)", "ref"), ("advantages", "adv"),
                                                ("actor update", "update"), ("save", "save"), ("weight sync", "sync")]  # fmt: skip
+    assert names.CAPPED_TOKENS == "rollout_corr/rollout_is_ratio_fraction_high"
     assert names.READ_BACK == {names.REWARD, names.STEP_SECONDS, names.VALIDATION_SECONDS, names.TOKENS,
                                names.THROUGHPUT, names.ACTOR_PEAK_GIB, names.ACTOR_RESERVED_GIB, names.HOST_USED_GIB,
-                               *names.PHASES.values()}  # fmt: skip
-    assert len(names.READ_BACK) == 16
+                               names.CAPPED_TOKENS, *names.PHASES.values()}  # fmt: skip
+    assert len(names.READ_BACK) == 17
 
 
 def test_the_bounds_of_what_counts_zero_is_a_value_a_step_of_zero_seconds_is_none() -> None:
@@ -469,3 +471,29 @@ def test_an_overflowed_rate_reads_inf_in_the_table() -> None:
     tiny = {1: {names.STEP_SECONDS: 1.1125369292536007e-308, names.TOKENS: 2.0}}
     lines = build_report(tiny, _inputs()).to_text("r").splitlines()
     assert "  tokens/s/device                    inf" in lines
+
+
+def test_the_mismatch_over_the_run_in_each_unit_beside_its_bound_and_the_capped_share() -> None:
+    """Issue 53: verl's KL (signed: the worst is the largest in size), the recipe's per-token gap and the share of
+    tokens the correction capped, each over the steps that logged it (a NaN step left out); a unit never logged
+    is left out of both the table and the JSON."""
+    from recipe.mismatch import METRIC as GAP
+    from recipe.run.health import MISMATCH_KL
+
+    steps = {step: {**values, MISMATCH_KL: kl, GAP: gap, names.CAPPED_TOKENS: capped}
+             for (step, values), kl, gap, capped in zip(THREE_STEPS.items(), [0.004, -0.006, 0.001],
+                                                         [0.012, math.nan, 0.02], [0.0, 0.01, 0.005])}  # fmt: skip
+    report = build_report(steps, ReportInputs(0, 2, None, device_peak("gpu", None), None))
+    assert report.to_dict()["mismatch"] == {
+        "kl": {"median": 0.001, "worst": -0.006, "bound": 0.002},
+        "abs_log_prob_diff": {"median": 0.016, "worst": 0.02, "bound": 0.1},
+        "capped_tokens": {"median": 0.005, "worst": 0.01, "bound": None},
+    }
+    lines = report.to_text("r.json").splitlines()
+    assert [line for line in lines if line.startswith(("  mismatch", "  tokens capped"))] == [
+        "  mismatch, KL                 median 0.001, worst -0.006 (bound 0.002)",
+        "  mismatch, |Δlog p| per token median 0.016, worst 0.02 (bound 0.1)",
+        "  tokens capped, %             median 0.50, worst 1.00",
+    ]
+    only_kl = {step: {names.STEP_SECONDS: 1.0, MISMATCH_KL: 0.001} for step in (1, 2)}
+    assert list(build_report(only_kl, ReportInputs(0, 1, None, device_peak("gpu", None), None)).mismatch) == ["kl"]

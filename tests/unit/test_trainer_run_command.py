@@ -649,8 +649,29 @@ def test_the_run_report_counts_every_device_of_every_node_and_is_written_beside_
         f"run report ({_root(tmp_path) / 'run-report.json'}): stopped (SIGTERM), 0 step(s) on 8 device(s)")
 
 
+@pytest.mark.parametrize("peak_tflops", [None, "400"])
+def test_the_run_report_gets_the_plans_exit_devices_model_size_peak_and_memory(
+    plans: dict[str, Plan], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, peak_tflops: str | None
+) -> None:
+    """What the report divides by comes from the plan: the model's active parameters per token (none where the plan
+    has no sizes), the device's peak (PEAK_TFLOPS, else the gpu default) and the memory estimate."""
+    from recipe.run.report import Peak, ReportInputs, build_report
+
+    given: list[ReportInputs] = []
+    monkeypatch.setattr(trainer, "build_report", lambda metrics, inputs: given.append(inputs) or build_report(metrics, inputs))
+    plan = _rooted(plans["full"], tmp_path, **({"PEAK_TFLOPS": peak_tflops} if peak_tflops else {}))
+    assert plan.model.sizes is not None and plan.model.sizes.active_per_token > 0
+    trainer.write_run_report(plan, 3)
+    peak = Peak(400.0, "PEAK_TFLOPS") if peak_tflops else Peak(989.0, "an H100's dense bf16 peak; PEAK_TFLOPS for another")
+    assert given == [ReportInputs(3, plan.layout.world_size, plan.model.sizes.active_per_token, peak, plan.memory)]
+    no_sizes = dataclasses.replace(plan, model=dataclasses.replace(plan.model, sizes=None))
+    trainer.write_run_report(no_sizes, 3)
+    assert given[-1].active_per_token is None
+
+
 def test_a_run_report_that_cannot_be_read_or_written_is_a_warning_and_the_exit_stays(
-    plans: dict[str, Plan], tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    plans: dict[str, Plan], tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     plan = _rooted(plans["full"], tmp_path)
     (tmp_path / "tb").mkdir()
@@ -667,8 +688,17 @@ def test_a_run_report_that_cannot_be_read_or_written_is_a_warning_and_the_exit_s
         report = trainer.write_run_report(plan, 1)
     assert report is not None and report.outcome == "failed (exit 1)"
     [warning] = caplog.messages
-    assert warning.startswith(f"cannot write {_root(tmp_path) / trainer.REPORT_FILE}: ")
+    assert warning == f"cannot write {_root(tmp_path) / trainer.REPORT_FILE}: Is a directory"  # the OS's reason
     assert "run report (" in capsys.readouterr().out  # the table all the same
+    caplog.clear()
+
+    def fails(target: Path, write: Callable[[Any], None]) -> None:
+        raise PermissionError()  # an error without the OS's text: its kind instead
+
+    monkeypatch.setattr(trainer, "atomic_write", fails)
+    with caplog.at_level(logging.WARNING, logger="recipe"):
+        trainer.write_run_report(plan, 1)
+    assert caplog.messages == [f"cannot write {_root(tmp_path) / trainer.REPORT_FILE}: PermissionError"]
 
 
 def _manifest(tmp_path: Path, tokens: list[int]) -> None:

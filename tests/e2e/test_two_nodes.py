@@ -30,6 +30,7 @@ Tests only read what the runs left.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -300,6 +301,15 @@ def test_the_head_trains_saves_and_passes_the_smoke_verdict(two_nodes: TwoNodeRu
     text = two_nodes.attempt.head.text()
     assert two_nodes.attempt.head_code == 0, text[-6000:]
     assert "smoke: PASS" in text, text[-6000:]
+
+
+def test_the_heads_progress_lines_show_the_mismatch_in_both_units_and_the_capped_share(two_nodes: TwoNodeRun) -> None:
+    """Issue 53, through `run`'s own reading of verl's event files: the recipe's per-token gap (computed in verl's
+    workers by the recipe's hook) reaches the progress line of each step beside verl's KL and the capped share."""
+    number = r"-?[\d.]+(?:e-?\d+)?"
+    shown = re.compile(rf"KL {number} \(bound 0\.002\), \|Δlog p\| {number} \(bound 0\.1\), capped {number} %")
+    lines = [line for line in two_nodes.attempt.head.text().splitlines() if line.startswith("progress: step ")]
+    assert len(lines) == STEPS and all(shown.search(line) for line in lines), lines
 
 
 def test_the_worker_joined_and_ends_with_the_run(two_nodes: TwoNodeRun, lost_nodes: LostNodes) -> None:

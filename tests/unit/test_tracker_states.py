@@ -194,6 +194,29 @@ def test_every_resume_mode_names_its_step_and_why(tmp_path: Path, mode: str | No
     assert point.path == (None if step is None else (tmp_path / "global_step_4" if mode in ("auto", None)
                                                       else Path(str(resume_from))))  # fmt: skip
     assert point.finished is (step is not None and step >= 4)
+    assert point.total == StepTotal(4, False)  # every point keeps the plan's total, a fresh start's too
+
+
+@pytest.mark.parametrize("state", ["empty", "tracker of nothing"])
+def test_a_fresh_start_keeps_the_planned_total(tmp_path: Path, state: str) -> None:
+    """Nothing saved (with or without a tracker naming a step that is not there): fresh, with the plan's total, which
+    `plan --json` states (planned_steps)."""
+    from recipe.run_length import StepTotal, resume_point
+
+    if state != "empty":
+        (tmp_path / "latest_checkpointed_iteration.txt").write_text("7")
+    point = resume_point("auto", None, tmp_path, StepTotal(12, True))
+    assert (point.step, point.total, point.to_dict()["planned_steps"]) == (None, StepTotal(12, True), 12)
+
+
+def test_a_tracker_verl_cannot_read_names_why_after_what_cannot_be_told(tmp_path: Path) -> None:
+    from recipe.run_length import ResumeCheckError, resume_point
+
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("abc")
+    with pytest.raises(ResumeCheckError) as refused:
+        resume_point("auto", None, tmp_path, None)
+    assert str(refused.value).startswith("cannot tell which checkpoint verl would resume from: ")
+    assert "abc" in str(refused.value)
 
 
 @pytest.mark.parametrize(("saved", "total", "finished", "said"), [

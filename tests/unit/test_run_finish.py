@@ -138,6 +138,8 @@ def test_a_trainer_killed_by_a_signal_after_its_final_save_finished_the_run(
     said = [line for line in capsys.readouterr().out.splitlines() if "died of signal" in line]
     assert said == ([f"run: the trainer's process died of signal 11 (exit 139) after the run's last save, step 2 of 2, "
                      f"saved under {_root(tmp_path)} (HF export complete): the run finished; exit 0"] if expected == 0 else [])
+    # The run report says the run's own end: finished where the last save excuses the signal.
+    assert json.loads((_root(tmp_path) / "run-report.json").read_text())["exit_code"] == expected
 
 
 @pytest.mark.parametrize(("code", "expected"), [(128, 128), (129, 0)], ids=["exit-128", "sighup"])
@@ -165,8 +167,9 @@ def test_a_second_run_after_a_finished_one_exits_0_and_starts_nothing(
     assert run_command(plan, progress=False) == 0
     assert machine.calls == []
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
-    assert capsys.readouterr().out.startswith(f"run: already finished at step 2 of 2, saved under {_root(tmp_path)} "
-                                              "(HF export complete); nothing trained, nothing written.")  # fmt: skip
+    assert capsys.readouterr().out == (f"run: already finished at step 2 of 2, saved under {_root(tmp_path)} (HF export "
+                                       "complete); nothing trained, nothing written. To train on, raise "
+                                       "trainer.total_training_steps; for a new run, another EXPERIMENT_NAME\n")  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -185,6 +185,20 @@ def test_a_checkpoint_dir_that_cannot_be_created_is_refused_naming_why(
         run_command(_ours(plans["full"], tmp_path))
     assert caught.value.problems == [f"CHECKPOINT_DIR={str(tmp_path / 'ck')!r}: cannot be created (File exists)"]
     assert machine.calls == []
+    # An error without the OS's text (a file system driver's own): named by its kind.
+    (tmp_path / "ck").unlink()
+
+    mkdir = Path.mkdir
+
+    def refused(self: Path, *args: Any, **kwargs: Any) -> None:
+        if self == tmp_path / "ck":
+            raise OSError()
+        mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    with pytest.raises(RecipeConfigError) as caught:
+        run_command(_ours(plans["full"], tmp_path))
+    assert caught.value.problems == [f"CHECKPOINT_DIR={str(tmp_path / 'ck')!r}: cannot be created (OSError)"]
 
 
 # --- a single node: the trainer started, its code ours ---------------------------------------------

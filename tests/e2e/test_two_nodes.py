@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -47,7 +47,6 @@ from recipe.cluster.rules import lost_head_bound_s, lost_node_bound_s
 from recipe.launch import METRICS_FILE
 from tests.e2e.conftest import PHASES, STEP_1_BATCH, WORK, _check_environment, _fresh
 from tests.e2e.harness.assets import build_assets
-from tests.e2e.harness.checkpoint import OptimizerState, optimizer_state
 from tests.e2e.harness.nodes import (
     HEAD_IP,
     WORKER_IP,
@@ -64,6 +63,9 @@ from tests.e2e.harness.nodes import (
 from tests.e2e.harness.plan import RUN_OVERRIDES, STEPS, recipe_settings
 from tests.e2e.harness.rayjob import RenderedRayJob, render_rayjob, start_rayjob
 from tests.e2e.harness.step_batch import LOADED, WROTE, batch_overrides, update_gap, written_batch
+
+if TYPE_CHECKING:  # its module imports tests.e2e.cpu's patches: loaded only where a run is read (tests/deploy imports us)
+    from tests.e2e.harness.checkpoint import OptimizerState
 
 #: Deadline of a whole two-node run (both nodes' start, two steps, the saves, the verdict).
 RUN_TIMEOUT_S = 900.0
@@ -198,6 +200,7 @@ def two_nodes() -> Iterator[TwoNodeRun]:
     from recipe.export.evidence import trusted_status
     from recipe.export.hf_check import verify_export
     from recipe.export.watch import REPORT_NAME, latest_hf_export
+    from tests.e2e.harness.checkpoint import optimizer_state
 
     _check_environment()
     started = time.monotonic()
@@ -359,6 +362,8 @@ def test_step_1_on_two_nodes_is_the_update_one_node_made_of_the_same_batch(two_n
     if not two_nodes.trained_the_one_node_batch:
         pytest.skip("no step-1 batch of the one-node e2e in this work folder: run tests/e2e before this module (as "
                     ".ci/run does); its first run writes the batch this compares on")
+    from tests.e2e.harness.checkpoint import optimizer_state
+
     assert LOADED in two_nodes.attempt.head.text(), two_nodes.attempt.head.text()[-6000:]
     assert two_nodes.step_1_optimizer is not None
     gap = update_gap(optimizer_state(ONE_NODE_STEP_1), two_nodes.step_1_optimizer)

@@ -21,8 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tests.e2e.harness.checkpoint import OptimizerState
+if TYPE_CHECKING:  # its module imports tests.e2e.cpu, whose patches must not load where the deploy tests import this
+    from tests.e2e.harness.checkpoint import OptimizerState
 
 #: What the comparison allows: relative gap of Adam's moments, weights' RMS gap in learning-rate steps (see above).
 UPDATE_TOLERANCE = 1e-5

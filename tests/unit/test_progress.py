@@ -135,8 +135,6 @@ def test_run_prints_plain_progress_lines_into_a_pipe_unless_turned_off(
 def test_the_flag_wins_over_progress_which_is_on_by_default(
     setting: str, asked: bool | None, terminal: bool, prints: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import contextlib
-
     from recipe.plan import build_plan
     from recipe.run import trainer
 

@@ -265,7 +265,7 @@ BREAKAGES: tuple[Breakage, ...] = (
     Breakage(
         "json-safe-writer-not-installed",
         "recipe/worker_setup.py",
-        "    install()\n",
+        "    verl_patch.install()\n",
         "    pass\n",
         (f"{UNIT}/test_worker_setup.py::test_in_a_ray_worker_the_json_safe_writer_is_installed",),
         "Ray workers keep verl's transformer_config.json writer, which raises on odd values",

@@ -271,18 +271,13 @@ def test_an_os_error_without_its_text_is_named_by_its_type(
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise error
 
-    with monkeypatch.context() as patch:
-        patch.setattr(read_back.os, "read", failing)
-        for read in (read_back.read_file, read_back.read_prefix):
-            with pytest.raises(FileRefused) as refused:
-                read(tmp_path / "f", 10)
-            assert str(refused.value) == f"{tmp_path / 'f'}: cannot be read ({reason})"
-    with monkeypatch.context() as patch:
-        patch.setattr(read_back.os, "open", failing)
-        for read in (read_back.read_file, read_back.read_prefix):
-            with pytest.raises(FileRefused) as refused:
-                read(tmp_path / "f", 10)
-            assert str(refused.value) == f"{tmp_path / 'f'}: cannot be opened ({reason})"
+    for call, said in (("read", "cannot be read"), ("open", "cannot be opened")):
+        with monkeypatch.context() as patch:
+            patch.setattr(read_back.os, call, failing)
+            for read in (read_back.read_file, read_back.read_prefix):
+                with pytest.raises(FileRefused) as refused:
+                    read(tmp_path / "f", 10)
+                assert str(refused.value) == f"{tmp_path / 'f'}: {said} ({reason})"
 
 
 def test_a_file_that_grows_after_its_check_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recipe.mismatch import METRIC as MISMATCH_ABS
+from recipe.run.health import MISMATCH_ABS, MISMATCH_KL
 from recipe.numbers import NumberRefused, whole_number
 from recipe.read_back import FileRefused, parse_json, read_file
 
@@ -42,7 +42,6 @@ PROBS_DIFF_LIMIT = 1e-2
 #: against Megatron's): 0.0043-0.0045 and 0.0116-0.0121. NeMo-RL's 0.002 is a bound for accelerators, which the CPU
 #: exceeds; these limits leave the CPU about 2x and 4x room, and the second stays at half slime's 0.1, where a run
 #: is called broken from 0.2. A weight sync that loses or mangles a tensor moves both by orders of magnitude.
-MISMATCH_KL = "rollout_corr/kl"
 MISMATCH_KL_LIMIT = 1e-2
 MISMATCH_ABS_LIMIT = 5e-2
 

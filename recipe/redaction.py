@@ -97,6 +97,13 @@ def _withhold_secret_values(text: str) -> str:
     return "".join(out) + text[at:]
 
 
+def ends_assigning_a_secret(text: str) -> bool:
+    """Whether TEXT ends with an assignment to a secret name whose value is not there (`hf_token=`): a word that
+    follows it may be that value, split off at a blank or a line break."""
+    match = re.search(r"(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)\s*[=:]\s*$", text)
+    return match is not None and any(_names_a_secret(word) for word in re.split(r"[.\-]+", match["name"]) if word)
+
+
 def redact(text: str) -> str:
     """TEXT as a message may quote it: URL passwords, the values of secret names and token-shaped words withheld."""
     masked = _URL_PASSWORD.sub(r"\1********\3", text)

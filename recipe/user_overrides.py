@@ -17,6 +17,7 @@ from recipe.launch import _RAY_ENV, ALLOCATOR_POLICY, Override, _override_key
 from recipe.redaction import (  # noqa: F401 - SECRET_VARIABLES, is_secret_key, is_secret_name, mask_url_password: this module's API too
     SECRET_VARIABLES,
     URL_WITH_PASSWORD,
+    ends_assigning_a_secret,
     is_secret_key,
     is_secret_name,
     mask_url_password,
@@ -321,13 +322,14 @@ def check_user_overrides(
     problems: list[str] = []
     after_withheld = False
     for number, text in enumerate(extra, start=1):
-        # A word with no `=` right after an override whose value is withheld may be the rest of that value, split
-        # at a blank (HF_TOKEN={a: s3cret}): it is named by its place, never quoted.
+        # A word with no `=` right after an override whose value is withheld (or empty, for a secret's name) may be
+        # the rest of that value, split at a blank or a line break (HF_TOKEN={a: s3cret}, hf_token=<newline>s3cret):
+        # it is named by its place, never quoted.
         if after_withheld and "=" not in text and not text.startswith("~"):
             problems.append(f"override {number} (a word with no `=`, after an override whose value is withheld): "
                             "must look like key=value; a value with blanks goes in quotes")
             continue
-        after_withheld = shown_override(text) != repr(text)
+        after_withheld = shown_override(text) != repr(text) or ends_assigning_a_secret(text)
         parsed = parse_user_override(text, parser, kind_of)
         if isinstance(parsed, str):
             problems.append(parsed)

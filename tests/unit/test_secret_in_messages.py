@@ -146,3 +146,36 @@ def test_an_override_with_a_quote_given_before_the_dashes_is_redacted_before_it_
     """Found by the property above: shlex.quote turned `KEY='s3cret` into `'KEY='"'"'s3cret'`, which hid the value."""
     code, said = _said(capsys, ["plan", "+ray_kwargs.ray_init.runtime_env.env_vars.API_KEY='Zq0s3cret9"])
     assert code == 2 and "Zq0s3cret9" not in said and "API_KEY=<withheld>" in said
+
+
+@pytest.mark.parametrize("key", ["+trainer.github_token", "HF_TOKEN", "+a.b.wandb_api_key", "+x.dbPassword"])
+@pytest.mark.parametrize("gap", ["\n", " ", "\t", ": "], ids=["newline", "blank", "tab", "colon"])
+@pytest.mark.parametrize("given", ["OVERRIDES", "--"])
+def test_a_secret_split_off_an_empty_assignment_is_never_repeated(
+    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str, gap: str, given: str
+) -> None:
+    """`hf_token=` then a line break or a blank, then the secret (found by the generated cases above): the secret is
+    a word of its own, with no `=`, and its refusal names it by its place."""
+    secret = "ZqdIklYb9"
+    text = f"{key}={gap}{secret}" if gap != ": " else f"{key}{gap}{secret}"
+    argv = ["plan"]
+    if given == "OVERRIDES":
+        env.setenv("OVERRIDES", f"x='y' {text}")
+    else:
+        argv += ["--", *text.split()]
+    code, said = _said(capsys, argv)
+    assert code == 2 and secret not in said, said
+    assert "a word with no `=`, after an override whose value is withheld" in said or gap == ": "
+    assert not (tmp_path / "checkpoints").exists()
+
+
+@given(name=st.from_regex(r"[a-z][a-z0-9_]{0,12}", fullmatch=True), blank=st.sampled_from(["", " ", "  "]))
+def test_an_empty_assignment_to_a_secret_name_is_one_whose_next_word_is_held_back(name: str, blank: str) -> None:
+    from recipe.redaction import ends_assigning_a_secret
+
+    for secret_name in (f"{name}_token", f"a.{name}_key", "HF_TOKEN", "b.password"):
+        assert ends_assigning_a_secret(f"+{secret_name}{blank}={blank}")
+        assert ends_assigning_a_secret(f"+{secret_name}:")
+        assert not ends_assigning_a_secret(f"+{secret_name}=x")
+    for other in ("lr", "total_training_steps", "seed", "max_response_length", "max_num_batched_tokens"):
+        assert not ends_assigning_a_secret(f"+trainer.{other}{blank}=")

@@ -19,6 +19,7 @@ from recipe.allocator import (
 )
 from recipe.device import Device
 from recipe.errors import RecipeConfigError
+from recipe.health_log import THRESHOLDS_VARIABLE
 from recipe.hydra_text import hydra_string, hydra_value, literal_problem  # noqa: F401 - hydra_string: part of launch's API
 from recipe.layout import DYNAMIC_BATCHING, ParallelLayout
 from recipe.run_length import StepTotal, total_steps
@@ -100,6 +101,8 @@ def runtime_environment(
         env[name] = environ.get(name, value)
     # The allocator decision already folds in the user's own allocator options.
     env.update(allocator.environment())
+    if settings.health_thresholds:  # the bounds `run` judges with, for the curves the trainer logs (recipe.health_log)
+        env[THRESHOLDS_VARIABLE] = settings.health_thresholds
     # Each value reaches verl as a Hydra override (and the workers' environment through it).
     problems = [
         f"{name}={value!r}: {literal_problem(value)}" for name, value in env.items() if value and literal_problem(value)
@@ -251,6 +254,7 @@ def build_overrides(
         "RECIPE_DEVICE": "DEVICE",
         RUNTIME_SWITCH_VARIABLE: ALLOCATOR_POLICY,
         **dict.fromkeys(ALLOC_CONF_VARIABLES, ALLOCATOR_POLICY),
+        THRESHOLDS_VARIABLE: "HEALTH_THRESHOLDS",
     }
     for name, value in runtime_env.items():
         if value is not None:

@@ -31,7 +31,8 @@ from recipe.help import add_command
 from recipe.provenance import drift, shown_name
 from recipe.record_file import RECORD_NAME, UnreadableRecord, read_record
 from recipe.replay_files import ENV_FILE, FORMATS, READERS, SHELL, UnwritableRecord, comment, setting_line
-from recipe.settings import SECRET_SETTINGS, Settings
+from recipe.settings import Settings
+from recipe.settings_messages import SECRET_SETTINGS
 
 EXIT_OK, EXIT_CANNOT_READ = 0, 2
 

@@ -12,7 +12,7 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from pydantic import (
     Field,
@@ -30,13 +30,11 @@ from recipe.cluster.rules import gcs_address_problem, host_problem, ray_start_ar
 from recipe.errors import RecipeConfigError
 from recipe.hydra_text import literal_problem
 from recipe.profiles import profile_defaults
-from recipe.redaction import redact
+from recipe.run.health import Thresholds, parse_thresholds, thresholds_text
+from recipe.settings_messages import REDACTED, describe_error
 
 DeviceChoice = Literal["auto", "gpu", "npu"]
 ProfileChoice = Literal["full", "smoke", "bench"]
-
-#: Shown instead of a secret's value everywhere (plan, logs, errors).
-REDACTED = "**********"
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -163,6 +161,9 @@ class Settings(BaseSettings):
     rollout_correction: Literal["token", "sequence", "off"] = Field("token", description=(
         "verl's truncated importance sampling of the rollout's samples, per token or per sequence (ratio cap 2), or "
         "off: vLLM and Megatron compute the MoE apart, so the update is off-policy (docs/health.md)."))
+    health_thresholds: str | None = Field(None, description=(
+        "Where the signs of a failing run start, as name=value pairs separated by commas over the defaults (e.g. "
+        "mismatch_kl=0.005,flat_steps=20); every bound, its default and its source in docs/health.md."))
     seed: int = Field(
         42, ge=0, le=2**31 - 1, description="Seed of the data order, Megatron's initialisation and the rollout's sampling."
     )
@@ -298,6 +299,16 @@ class Settings(BaseSettings):
         """The fields ALLOW_DRIFT names."""
         return self.allow_drift.split(",") if self.allow_drift else []
 
+    @field_validator("health_thresholds")
+    @classmethod
+    def _health_bounds(cls, value: str | None) -> str | None:
+        return None if value is None else thresholds_text(parse_thresholds(value))
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """Where run health's signs start: HEALTH_THRESHOLDS over the defaults."""
+        return parse_thresholds(self.health_thresholds) if self.health_thresholds else Thresholds()
+
     @field_validator("save_freq", "test_freq")
     @classmethod
     def _positive_or_disabled(cls, value: int) -> int:
@@ -334,60 +345,6 @@ class Settings(BaseSettings):
         return out
 
 
-SECRET_SETTINGS = frozenset({"HF_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN"})
-
-
-def _describe_error(error: Mapping[str, Any], environ: Mapping[str, str]) -> str:
-    """One line for one pydantic error: `NAME='value': rule`, never echoing a secret (recipe.redaction)."""
-    name = str(error["loc"][0]).upper() if error["loc"] else "settings"
-    raw = REDACTED if name in SECRET_SETTINGS else _lookup(environ, name)
-    if raw is not None:
-        raw = redact(raw)  # OVERRIDES with an unbalanced quote, a URL with its password, a token pasted by mistake
-    kind = error["type"]
-    whole = _is_whole(name)
-    if kind in {"int_parsing", "int_from_float", "int_type"}:
-        rule = "must be a whole number"
-    elif kind in {"float_parsing", "float_type"}:
-        rule = "must be a number"
-    elif kind == "finite_number":
-        rule = "must be a finite number"
-    elif kind == "greater_than" and error["ctx"]["gt"] == 0:
-        rule = f"must be a positive {'whole number' if whole else 'number'}"
-    elif kind == "greater_than":
-        rule = f"must be greater than {_bound(error['ctx']['gt'])}"
-    elif kind == "greater_than_equal":
-        rule = f"must be at least {_bound(error['ctx']['ge'])}"
-    elif kind == "less_than_equal":
-        rule = f"must be at most {_bound(error['ctx']['le'])}"
-    elif kind == "literal_error":
-        rule = f"must be one of {error['ctx']['expected']}"
-    elif kind == "bool_parsing":
-        rule = "must be true or false"
-    else:
-        # Pydantic's own wording, without its "Value error, " prefix.
-        rule = str(error["msg"]).removeprefix("Value error, ")
-    return f"{name}={raw!r}: {rule}"
-
-
-def _bound(value: Any) -> str:
-    """A validator's bound as people write it: 4096, not 4096.0; 2147483647, not 2.14748e+09."""
-    return format(value, "g") if isinstance(value, float) and not value.is_integer() else str(int(value))
-
-
-def _is_whole(name: str) -> bool:
-    """Whether the setting NAME holds whole numbers (its type has no float in it)."""
-    field = Settings.model_fields.get(name.lower())
-    return field is None or "float" not in str(field.annotation)
-
-
-def _lookup(environ: Mapping[str, str], name: str) -> str | None:
-    """The raw environment value of NAME, matched case-insensitively like pydantic-settings does."""
-    for key, value in environ.items():
-        if key.upper() == name:
-            return value
-    return None
-
-
 def load_settings() -> Settings:
     """Read the settings from the process environment, once.
 
@@ -396,4 +353,4 @@ def load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        raise RecipeConfigError([_describe_error(e, os.environ) for e in exc.errors()]) from None
+        raise RecipeConfigError([describe_error(e, os.environ, Settings.model_fields) for e in exc.errors()]) from None

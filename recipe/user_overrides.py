@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from recipe.allocator import ALLOC_CONF_VARIABLES, RUNTIME_SWITCH_VARIABLE
+from recipe.health_log import THRESHOLDS_VARIABLE
 from recipe.errors import RecipeConfigError
 from recipe.launch import _RAY_ENV, ALLOCATOR_POLICY, Override, _override_key
 from recipe.redaction import (  # noqa: F401 - SECRET_VARIABLES, is_secret_key, is_secret_name, mask_url_password: this module's API too
@@ -64,6 +65,7 @@ def decided_keys(overrides: Sequence[Override]) -> dict[str, str]:
     decided = {o.key: o.setting for o in overrides if o.setting is not None}
     for variable in (*ALLOC_CONF_VARIABLES, RUNTIME_SWITCH_VARIABLE):
         decided[f"{_RAY_ENV}{variable}"] = ALLOCATOR_POLICY
+    decided[f"{_RAY_ENV}{THRESHOLDS_VARIABLE}"] = "HEALTH_THRESHOLDS"  # the workers' copy of the setting
     return decided
 
 

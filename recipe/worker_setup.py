@@ -64,16 +64,18 @@ def configure_worker() -> None:
     """Install the recipe's guards into verl in this process (called by Ray in each worker).
 
     The allocator decision (below), the JSON-safe writer of the transformer config
-    that verl saves beside each checkpoint (recipe.export.verl_patch), and the mismatch's
-    mean absolute log-prob gap beside verl's off-policy metrics (recipe.mismatch).
+    that verl saves beside each checkpoint (recipe.export.verl_patch), the mismatch's
+    mean absolute log-prob gap beside verl's off-policy metrics (recipe.mismatch), and
+    the health signs' curves beside verl's step metrics (recipe.health_log).
     """
     logging.basicConfig(level=logging.INFO)
     # lazy: only when verl's worker runs the hook; the hook's module stays importable without verl
-    from recipe import mismatch
+    from recipe import health_log, mismatch
     from recipe.export import verl_patch
 
     verl_patch.install()
     mismatch.install()
+    health_log.install()
     # lazy: verl is heavy or absent where this module is imported; loaded only here
     import verl.utils.device as verl_device
 

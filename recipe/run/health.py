@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from recipe.mismatch import METRIC as MISMATCH_ABS
+from recipe.near_miss import one_slip_from
 from recipe.run.verl_metrics import REWARD
 
 #: verl 0.9.1's metrics the signs are read from (verl/trainer/ppo/metric_utils.py compute_data_metrics; the
@@ -30,27 +33,76 @@ HEALTH_METRICS = frozenset({CLIPPED, ADVANTAGE_MAX, ADVANTAGE_MIN, ENTROPY, GRAD
 #: Every sign, by the name its line and the run report give it.
 SIGN_NAMES = ("responses cut at the length limit", "no reward spread", "entropy collapse", "gradient norm not finite",
               "reward flat", "rollout/training mismatch", "mismatch growing")  # fmt: skip
+#: The signs as curves beside verl's: one 0/1 metric a sign and step, logged with verl's own (recipe.health_log).
+CURVE_PREFIX = "recipe_health"
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    """Where each sign starts, with why there."""
+def curve_name(sign: str) -> str:
+    """The metric a sign is logged as: CURVE_PREFIX/<its name, spaces and slashes as underscores>."""
+    return f"{CURVE_PREFIX}/{sign.replace(' ', '_').replace('/', '_')}"
 
-    #: More than half the responses cut at data.max_response_length: most answers are judged unfinished, and
-    #: DAPO's overlong filtering exists because such samples teach the policy to be cut off.
-    clipped_share: float = 0.5
-    #: The policy's entropy below a tenth of the run's first step: the collapse DAPO and Clip-Cov/KL-Cov report
-    #: is a fall by an order of magnitude within a few hundred steps, after which exploration is gone.
-    entropy_fall: float = 0.1
-    #: The reward's spread over this many steps below `flat_span`: nothing learnt for a while.
-    flat_steps: int = 10
-    flat_span: float = 1e-3
-    #: NeMo-RL's Qwen3.5-35B-A3B geo3k recipe checks a mean generation KL below 0.002 (the issue's anchor).
-    mismatch_kl: float = 0.002
-    #: slime keeps the mean |log p_rollout - log p_train| per token within 0.1 (0.2 to 0.4 is a broken run).
-    mismatch_abs: float = 0.1
-    #: The mismatch rising at each of this many steps in a row.
-    mismatch_rising_steps: int = 5
+
+def sign_curves(active: Iterable[str]) -> dict[str, float]:
+    """Every sign's metric at one step: 1.0 while it is on (in `active`), 0.0 otherwise."""
+    on = set(active)
+    return {curve_name(name): 1.0 if name in on else 0.0 for name in SIGN_NAMES}
+
+
+class Thresholds(BaseModel):
+    """Where each sign starts, with why there: HEALTH_THRESHOLDS changes any of them (`parse_thresholds`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    clipped_share: float = Field(0.5, gt=0, lt=1, description=(
+        "More than half the responses cut at data.max_response_length: most answers are judged unfinished, and "
+        "DAPO's overlong filtering exists because such samples teach the policy to be cut off."))
+    entropy_fall: float = Field(0.1, gt=0, lt=1, description=(
+        "The policy's entropy below a tenth of the run's first step: the collapse DAPO and Clip-Cov/KL-Cov report "
+        "is a fall by an order of magnitude within a few hundred steps, after which exploration is gone."))
+    flat_steps: int = Field(10, ge=2, le=100_000, description="The reward's spread over this many steps below "
+                            "flat_span: nothing learnt for a while.")
+    flat_span: float = Field(1e-3, gt=0, description="See flat_steps.")
+    mismatch_kl: float = Field(0.002, gt=0, description=(
+        "NeMo-RL's Qwen3.5-35B-A3B geo3k recipe checks a mean generation KL below 0.002 (the issue's anchor)."))
+    mismatch_abs: float = Field(0.1, gt=0, description=(
+        "slime keeps the mean |log p_rollout - log p_train| per token within 0.1 (0.2 to 0.4 is a broken run)."))
+    mismatch_rising_steps: int = Field(5, ge=2, le=100_000, description="The mismatch rising at each of this many "
+                                       "steps in a row.")
+
+
+#: The longest HEALTH_THRESHOLDS read: every bound with a long number fits many times over.
+MAX_THRESHOLDS_TEXT = 1000
+
+
+def parse_thresholds(text: str) -> Thresholds:
+    """`name=value` pairs separated by commas (HEALTH_THRESHOLDS) over the defaults; ValueError saying what is wrong
+    (an unknown name with the one it is a slip of, a name twice, a value out of its bound)."""
+    if len(text) > MAX_THRESHOLDS_TEXT:
+        raise ValueError(f"must be at most {MAX_THRESHOLDS_TEXT} characters")
+    names = list(Thresholds.model_fields)
+    given: dict[str, str] = {}
+    for pair in (part.strip() for part in text.split(",")):
+        name, equals, value = (part.strip() for part in pair.partition("="))
+        if not equals or not name or not value:
+            raise ValueError(f"must be name=value pairs separated by commas (e.g. mismatch_kl=0.005); not {pair!r}")
+        if name not in names:
+            slip = one_slip_from(name, names)
+            hint = f"did you mean {slip}? " if slip else ""
+            raise ValueError(f"{name!r} is no health bound; {hint}the bounds are {', '.join(names)}")
+        if name in given:
+            raise ValueError(f"{name} is given twice")
+        given[name] = value
+    try:
+        return Thresholds.model_validate(given)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise ValueError(f"{first['loc'][0]}={given[str(first['loc'][0])]!r}: "
+                         f"{str(first['msg']).removeprefix('Value error, ').lower()}") from None  # fmt: skip
+
+
+def thresholds_text(thresholds: Thresholds) -> str:
+    """Every bound as `name=value` pairs, what parse_thresholds reads back to the same Thresholds."""
+    return ",".join(f"{name}={value!r}" for name, value in thresholds.model_dump().items())
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,14 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from recipe.numbers import finite_or_none
 from recipe.read_back import FileRefused
-from recipe.run.health import HEALTH_METRICS, MISMATCH_ABS, MISMATCH_KL, SIGN_NAMES, HealthWatch, Thresholds
+from recipe.run.health import HEALTH_METRICS, MISMATCH_ABS, MISMATCH_KL, HealthWatch, Thresholds
 from recipe.run.verl_metrics import CAPPED_TOKENS, PHASE_SHORT, PHASES, READ_BACK, REWARD, STEP_SECONDS, THROUGHPUT
 from recipe.run_length import StepTotal
 
@@ -33,38 +33,6 @@ PROGRESS_LINE = ("step of total, mean reward, s/step and its split into verl's p
 MAX_STEP_SECONDS = 365 * 86400.0
 #: How often the event files are read again.
 POLL_INTERVAL_S = 10.0
-
-
-#: The signs of a failing run as curves beside verl's (one 0/1 scalar a sign and step): a TensorBoard run of its own in
-#: a folder under verl's, since tensorboard's reader follows only the newest event file of a folder.
-HEALTH_RUN = "recipe_health"
-
-
-class SignCurves:
-    """Writes, for each step judged, whether each sign (health.SIGN_NAMES) is on, with tensorboard's own writer."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory / HEALTH_RUN
-        self.writer: Any = None
-
-    def log(self, step: int, on: Collection[str]) -> None:
-        """One scalar a sign at `step`: 1.0 while it is on, 0.0 otherwise."""
-        # lazy: tensorboard is heavy or absent where this module is imported; loaded only here
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-        if self.writer is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self.writer = EventFileWriter(str(self.directory))
-        values = [Summary.Value(tag=f"{HEALTH_RUN}/{name.replace(' ', '_').replace('/', '_')}",
-                                simple_value=1.0 if name in on else 0.0) for name in SIGN_NAMES]  # fmt: skip
-        self.writer.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=values)))
-        self.writer.flush()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
 
 
 #: verl logs a few hundred scalars a step: a year of steps is far below this; a larger file is none of verl's.
@@ -131,7 +99,8 @@ def _shown(value: float | None, form: str) -> str:
 
 
 def progress_line(
-    step: int, metrics: dict[str, float | None], total: StepTotal | None, recent_seconds: list[float]
+    step: int, metrics: dict[str, float | None], total: StepTotal | None, recent_seconds: list[float],
+    limits: Thresholds = Thresholds(),
 ) -> str:
     """`step 3 of about 120, reward 0.412, 95.2 s/step (gen 14.0, old 7.3, update 70.1, sync 0.2), 29.4 tokens/s/device,
     KL 0.0012 (bound 0.002), |Δlog p| 0.011 (bound 0.1), capped 0.1 %, ETA 3h05m`: the parts verl logged, n/a where
@@ -145,7 +114,6 @@ def progress_line(
     if THROUGHPUT in metrics:
         parts.append(f"{_shown(metrics[THROUGHPUT], '.1f')} tokens/s/device")
     # The rollout/training mismatch in each anchor's unit beside the bound its health sign starts at (docs/health.md).
-    limits = Thresholds()
     if MISMATCH_KL in metrics:
         parts.append(f"KL {_shown(metrics[MISMATCH_KL], '.2g')} (bound {limits.mismatch_kl:g})")
     if MISMATCH_ABS in metrics:
@@ -165,14 +133,14 @@ class ProgressPrinter:
     Only the steps logged since it was made: a resumed run's folder also holds the earlier attempts' files, whose
     steps after the save it resumed from are trained again (verl logs them anew, in a file of its own)."""
 
-    def __init__(self, directory: Path, total: StepTotal | None, emit: Callable[[str], None] | None) -> None:
-        self.directory, self.total, self.emit = directory, total, emit
+    def __init__(self, directory: Path, total: StepTotal | None, emit: Callable[[str], None] | None,
+                 limits: Thresholds = Thresholds()) -> None:  # fmt: skip
+        self.directory, self.total, self.emit, self.limits = directory, total, emit, limits
         self.printed: set[int] = set()
         self.seconds: dict[int, float] = {}
         self.events: Any = None
         self.since = time.time()
-        self.health = HealthWatch()
-        self.curves: SignCurves | None = SignCurves(directory)
+        self.health = HealthWatch(limits)
 
     def poll(self) -> None:
         """Read the event files and print the steps not printed yet (a step is printed once it has its time)."""
@@ -188,28 +156,19 @@ class ProgressPrinter:
                 self.seconds[step] = seconds
             recent = [self.seconds[s] for s in sorted(self.seconds)[-5:]]
             if self.emit is not None:
-                self.emit(progress_line(step, metrics, self.total, recent))
+                self.emit(progress_line(step, metrics, self.total, recent, self.limits))
             for line in self.health.feed(step, metrics):
                 logger.warning("%s", line)
-            self._curves(step)
             self.printed.add(step)
-
-    def _curves(self, step: int) -> None:
-        if self.curves is None:
-            return
-        try:
-            self.curves.log(step, self.health.active)
-        except OSError as error:  # a read-only or full volume: the lines and the report still say the signs
-            logger.warning("health curves stop: cannot write %s (%s)", self.curves.directory, error.strerror or error)
-            self.curves = None
 
 
 @contextmanager
 def printing_progress(
-    directory: Path, total: StepTotal | None, emit: Callable[[str], None] | None, interval_s: float = POLL_INTERVAL_S
+    directory: Path, total: StepTotal | None, emit: Callable[[str], None] | None, limits: Thresholds = Thresholds(),
+    interval_s: float = POLL_INTERVAL_S,
 ) -> Iterator[ProgressPrinter]:
     """While inside: a thread polls the event files every `interval_s`; one last poll on the way out."""
-    printer = ProgressPrinter(directory, total, emit)
+    printer = ProgressPrinter(directory, total, emit, limits)
     stop = threading.Event()
 
     def loop() -> None:
@@ -233,5 +192,3 @@ def printing_progress(
             printer.poll()
         except Exception:  # noqa: BLE001 - already warned, or nothing more to say
             pass
-        if printer.curves is not None:
-            printer.curves.close()

@@ -80,6 +80,8 @@ class ReportInputs:
     active_per_token: int | None
     peak: Peak
     memory: MemoryEstimate | None
+    #: Where the signs start (HEALTH_THRESHOLDS).
+    thresholds: Thresholds = Thresholds()
 
 
 @dataclass(frozen=True)
@@ -333,11 +335,11 @@ MISMATCH_SHOWN = {"kl": ("mismatch, KL", ".2g", 1.0), "abs_log_prob_diff": ("mis
                   "capped_tokens": ("tokens capped, %", ".2f", 100.0)}  # fmt: skip
 
 
-def mismatch_figures(metrics: Mapping[int, Mapping[str, float | None]]) -> dict[str, dict[str, float | None]]:
+def mismatch_figures(metrics: Mapping[int, Mapping[str, float | None]],
+                     limits: Thresholds = Thresholds()) -> dict[str, dict[str, float | None]]:  # fmt: skip
     """The rollout/training mismatch over the run's steps, in each unit verl (or recipe.mismatch) logged: the median,
     the worst step's value (the largest in size: verl's KL is signed) and the bound its health sign starts at
     (docs/health.md); and the share of tokens the correction capped. A unit no step logged is left out."""
-    limits = Thresholds()
     out: dict[str, dict[str, float | None]] = {}
     for unit, tag, bound in (("kl", MISMATCH_KL, limits.mismatch_kl), ("abs_log_prob_diff", MISMATCH_ABS, limits.mismatch_abs),
                              ("capped_tokens", names.CAPPED_TOKENS, None)):  # fmt: skip
@@ -380,4 +382,4 @@ def build_report(metrics: Mapping[int, Mapping[str, float | None]], inputs: Repo
                           and math.isfinite(v) and v >= 0])  # fmt: skip
     return RunReport(outcome(inputs.exit_code), inputs.exit_code, inputs.devices, rows,
                      memory_rows(metrics, inputs.memory), validation, inputs.active_per_token, inputs.peak, notes,
-                     signs_of(metrics), mismatch_figures(metrics))  # fmt: skip
+                     signs_of(metrics, inputs.thresholds), mismatch_figures(metrics, inputs.thresholds))  # fmt: skip

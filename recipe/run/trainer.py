@@ -186,7 +186,7 @@ def _progress(plan: Plan, wanted: bool | None) -> Any:
         wanted = {"on": True, "off": False}.get(plan.settings.progress, sys.stdout.isatty())
     total = planned_step_total(plan.settings, plan.overrides)
     emit = (lambda line: print(line, flush=True)) if wanted else None
-    return printing_progress(Path(str(plan.env["TENSORBOARD_DIR"])), total, emit)
+    return printing_progress(Path(str(plan.env["TENSORBOARD_DIR"])), total, emit, plan.settings.thresholds)
 
 
 def run_command(plan: Plan, progress: bool | None = None) -> int:
@@ -285,7 +285,8 @@ def write_run_report(plan: Plan, code: int) -> RunReport | None:
         return None
     sizes = plan.model.sizes
     inputs = ReportInputs(code, plan.layout.world_size, sizes.active_per_token if sizes else None,
-                          device_peak(plan.device.name, plan.settings.peak_tflops), plan.memory)  # fmt: skip
+                          device_peak(plan.device.name, plan.settings.peak_tflops), plan.memory,
+                          plan.settings.thresholds)  # fmt: skip
     report = build_report(metrics, inputs)
     target = planned_checkpoint_root(plan.settings, plan.overrides) / REPORT_FILE
     try:

@@ -179,3 +179,28 @@ def test_the_health_signs_of_the_real_stream_are_true_of_it(e2e_reference: Refer
             assert seen[MISMATCH_KL] > limits.mismatch_kl, (sign, seen[MISMATCH_KL])
         else:
             raise AssertionError(f"a sign the smoke run does not show: {sign}")
+
+
+def test_the_trainers_own_trackers_carry_a_curve_a_sign_where_run_judges_it_on(e2e_reference: ReferenceRun) -> None:
+    """Issue 53: verl's Tracking in the real TaskRunner logs one 0/1 curve a sign each step (recipe.health_log,
+    through Ray's setup hook), to every backend: its metrics file and its TensorBoard file (not a folder of the
+    recipe's). Each is on exactly where the signs judged from those metrics are."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from recipe.health_log import as_tensorboard_keeps
+    from recipe.run.health import SIGN_NAMES, HealthWatch, curve_name
+    from recipe.smoke.verdict import read_metrics
+
+    metrics = read_metrics(e2e_reference.metrics_file)
+    watch = HealthWatch()
+    events = EventAccumulator(str(e2e_reference.plan["env"]["TENSORBOARD_DIR"]), size_guidance={"scalars": 0})
+    events.Reload()
+    for step in sorted(metrics):
+        watch.feed(step, {name: as_tensorboard_keeps(value) for name, value in metrics[step].items()})
+        drawn = {name for name in SIGN_NAMES if metrics[step][curve_name(name)] == 1.0}
+        assert all(curve_name(name) in metrics[step] for name in SIGN_NAMES), sorted(metrics[step])
+        assert drawn == watch.active, (step, drawn, watch.active)
+        logged = {name for name in SIGN_NAMES
+                  if [e.value for e in events.Scalars(curve_name(name)) if e.step == step] == [1.0]}  # fmt: skip
+        assert logged == drawn, (step, logged)
+    assert watch.active, "the smoke run shows its known signs (responses cut at the limit), and their curves"

@@ -444,7 +444,7 @@ BREAKAGES: tuple[Breakage, ...] = (
     ),
     Breakage(
         "rule-wording-whole-for-a-float",
-        "recipe/settings.py",
+        "recipe/settings_messages.py",
         "        rule = f\"must be a positive {'whole number' if whole else 'number'}\"\n",
         "        rule = \"must be a positive whole number\"\n",
         (f"{UNIT}/test_settings_messages.py::test_a_value_on_each_side_of_a_bound_and_the_rule_the_message_states",),
@@ -452,7 +452,7 @@ BREAKAGES: tuple[Breakage, ...] = (
     ),
     Breakage(
         "setting-message-unredacted",
-        "recipe/settings.py",
+        "recipe/settings_messages.py",
         "        raw = redact(raw)  # OVERRIDES with an unbalanced quote",
         "        raw = raw  # broken: no redaction  # OVERRIDES with an unbalanced quote",
         ("tests/unit/test_secret_in_messages.py::test_overrides_setting_never_repeats_a_secret",),
@@ -577,6 +577,47 @@ BREAKAGES: tuple[Breakage, ...] = (
         '            often = ""  # broken: a timer missing from some steps reads as every step\'s\n',
         (f"{UNIT}/test_run_report.py::test_the_table_of_three_steps_on_two_devices_line_by_line",),
         "the run report no longer says a phase was timed in only some steps (a timer missing from one step, issue 52)",
+    ),
+    Breakage(
+        "health-curves-dropped",
+        "recipe/health_log.py",
+        "    return {**data, **sign_curves(watch.active)}\n",
+        "    return data  # broken: the curves never reach verl's trackers\n",
+        (f"{UNIT}/test_health_log.py::test_verls_tensorboard_gets_a_curve_a_sign_beside_its_own_metrics",),
+        "the trainer's trackers (TensorBoard, W&B) get no health curves (issue 53)",
+    ),
+    Breakage(
+        "health-curves-judge-unrounded",
+        "recipe/health_log.py",
+        '        return finite_or_none(struct.unpack("f", struct.pack("f", number))[0])\n',
+        "        return number  # broken: judged from verl's float64, run from TensorBoard's float32\n",
+        (f"{UNIT}/test_health_log.py::test_the_curves_are_on_exactly_where_run_judges_a_sign_on_from_the_same_event_files",),
+        "a curve is off where `run` says its sign started: a metric at a bound rounds over it in TensorBoard (issue 53)",
+    ),
+    Breakage(
+        "health-bounds-kept-from-workers",
+        "recipe/launch.py",
+        "        env[THRESHOLDS_VARIABLE] = settings.health_thresholds\n",
+        "        pass  # broken: the workers judge the curves with the defaults\n",
+        (f"{UNIT}/test_settings_table.py::test_changing_a_setting_changes_exactly_the_keys_its_row_names[HEALTH_THRESHOLDS-gpu]",),
+        "HEALTH_THRESHOLDS changes `run`'s lines but not the trainer's curves (issue 53)",
+    ),
+    Breakage(
+        "setting-rule-echoes-a-secret",
+        "recipe/settings_messages.py",
+        '    return f"{name}={raw!r}: {redact(rule)}"\n',
+        '    return f"{name}={raw!r}: {rule}"  # broken: the rule quotes the value unredacted\n',
+        (f"{UNIT}/test_health_thresholds.py::test_a_refused_value_never_repeats_a_secret_pasted_into_it",),
+        "a token pasted into HEALTH_THRESHOLDS is repeated by the rule that quotes its unknown name (issue 53)",
+    ),
+    Breakage(
+        "secret-after-an-empty-assignment-echoed",
+        "recipe/user_overrides.py",
+        "        after_withheld = shown_override(text) != repr(text) or ends_assigning_a_secret(text)\n",
+        "        after_withheld = shown_override(text) != repr(text)  # broken: `hf_token=` then the secret\n",
+        ("tests/unit/test_secret_in_messages.py::test_a_secret_split_off_an_empty_assignment_is_never_repeated"
+         "[OVERRIDES-newline-+trainer.github_token]",),
+        "a secret after `github_token=` and a line break in OVERRIDES is repeated in its refusal (found by hypothesis)",
     ),
 )
 

@@ -202,56 +202,27 @@ def test_the_run_report_lists_the_signs_in_its_json_and_its_table() -> None:
     assert health.HEALTH_METRICS >= {CLIPPED, GRAD_NORM, MISMATCH_KL, MISMATCH_ABS}
 
 
-def _write_verl_events(directory: Path, steps: dict[int, Step]) -> None:
-    """Scalars as verl's TensorBoard logger writes them: one event file in `directory`, a value per tag and step."""
-    import time
+def test_the_printer_and_the_report_judge_with_the_bounds_given(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """HEALTH_THRESHOLDS' bounds (recipe.run.trainer passes them): a KL of 0.003 is a sign at the default 0.002, none
+    at 0.005, in the warning, the progress line's bound and the run report's signs and bounds alike."""
+    from recipe.run.progress import ProgressPrinter
+    from recipe.run.report import Peak, ReportInputs, build_report
 
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.proto.summary_pb2 import Summary
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-    writer = EventFileWriter(str(directory))
-    for step, values in sorted(steps.items()):
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float("nan") if value is None else value)
-                                 for tag, value in values.items()])  # fmt: skip
-        writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
-    writer.close()
-
-
-def test_the_signs_are_curves_beside_verls_and_verls_own_file_is_still_read(tmp_path: Path) -> None:
-    """One 0/1 scalar per sign and step in a TensorBoard run of its own (recipe_health, under verl's folder); the
-    printer goes on reading verl's event file after writing it (tensorboard's reader follows one file a folder)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    from recipe.run.progress import HEALTH_RUN, ProgressPrinter
-
-    lines: list[str] = []
-    printer = ProgressPrinter(tmp_path, None, lines.append)
-    _write_verl_events(tmp_path, {1: {STEP_SECONDS: 5.0, CLIPPED: 0.1}, 2: {STEP_SECONDS: 5.0, CLIPPED: 0.9}})
-    printer.poll()
-    _write_verl_events(tmp_path, {3: {STEP_SECONDS: 5.0, CLIPPED: 0.2}})  # verl's next file (a resumed trainer)
-    printer.poll()
-    printer.curves.close()  # type: ignore[union-attr]
-    assert [line.split(",")[0] for line in lines] == ["progress: step 1", "progress: step 2", "progress: step 3"]
-    curves = EventAccumulator(str(tmp_path / HEALTH_RUN))
-    curves.Reload()
-    assert len(curves.Tags()["scalars"]) == len(health.SIGN_NAMES)
-    cut = [(event.step, event.value) for event in curves.Scalars(f"{HEALTH_RUN}/responses_cut_at_the_length_limit")]
-    assert cut == [(1, 0.0), (2, 1.0), (3, 0.0)]
-
-
-def test_curves_that_cannot_be_written_stop_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from recipe.run.progress import HEALTH_RUN, ProgressPrinter
-
-    (tmp_path / HEALTH_RUN).write_text("a file where the folder goes")
-    lines: list[str] = []
-    printer = ProgressPrinter(tmp_path, None, lines.append)
-    printer.events = _Events({1: {STEP_SECONDS: 5.0}, 2: {STEP_SECONDS: 5.0, GRAD_NORM: None}})
-    with caplog.at_level(logging.WARNING, logger="recipe"):
-        printer.poll()
-    messages = [record.getMessage() for record in caplog.records]
-    assert messages[0].startswith(f"health curves stop: cannot write {tmp_path / HEALTH_RUN}")
-    assert len(lines) == 2 and any(m.startswith("health: gradient norm not finite from step 2") for m in messages)
+    steps = {1: {STEP_SECONDS: 5.0, MISMATCH_KL: 0.003}}
+    for bounds, signs in ((Thresholds(), ["rollout/training mismatch"]), (Thresholds(mismatch_kl=0.005), [])):
+        lines: list[str] = []
+        printer = ProgressPrinter(tmp_path, None, lines.append, bounds)
+        printer.events, printer.since = _Events(steps), 0.0
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="recipe"):
+            printer.poll()
+        assert [message.split(" from ")[0] for message in caplog.messages] == [f"health: {name}" for name in signs]
+        assert f"KL 0.003 (bound {bounds.mismatch_kl:g})" in lines[0]
+        report = build_report(steps, ReportInputs(0, 1, None, Peak(None, "none"), None, bounds))
+        assert [sign.name for sign in report.signs] == signs
+        assert report.mismatch["kl"]["bound"] == bounds.mismatch_kl
 
 
 def test_every_sign_said_is_one_the_curves_name() -> None:

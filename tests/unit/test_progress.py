@@ -211,6 +211,11 @@ def test_the_mismatch_in_both_units_and_the_capped_share_are_shown_before_the_et
     line = progress_line(1, metrics, StepTotal(3, False), [10.0])
     assert line == f"progress: step 1 of 3, 10.0 s/step, {shown}, ETA 0m20s"
     assert progress_line(1, {STEP_SECONDS: 10.0}, StepTotal(3, False), [10.0]) == "progress: step 1 of 3, 10.0 s/step, ETA 0m20s"
+    # The bounds are HEALTH_THRESHOLDS' (recipe.settings), the ones the signs start at.
+    from recipe.run.health import Thresholds
+
+    raised = progress_line(1, metrics, StepTotal(3, False), [10.0], Thresholds(mismatch_kl=0.005, mismatch_abs=0.2))
+    assert raised == line.replace("(bound 0.002)", "(bound 0.005)").replace("(bound 0.1)", "(bound 0.2)") != line
     assert PROGRESS_LINE.endswith("tokens/s/device, the rollout/training mismatch in NeMo-RL's and slime's units beside "
                                   "their bounds and the share of tokens the correction capped, ETA")
 
@@ -243,7 +248,6 @@ def test_a_step_time_from_0_to_a_year_counts_in_the_eta_and_one_past_a_year_does
 
     lines: list[str] = []
     printer = ProgressPrinter(tmp_path, StepTotal(100, False), lines.append)
-    printer.curves = None
     printer.events = _Events({1: {STEP_SECONDS: seconds}, **{s: {STEP_SECONDS: 10.0} for s in range(2, 7)}})
     printer.since = 0.0  # the fixed scalars' wall time (1.0) is after the printer's start
     printer.poll()
@@ -306,18 +310,12 @@ def test_why_an_event_folder_is_not_read(tmp_path: Path) -> None:
                                             "(No such file or directory)")  # fmt: skip
 
 
-def test_the_signs_are_said_once_and_drawn_as_curves_beside_verls_and_curves_that_cannot_be_written_stop_alone(
+def test_a_sign_is_said_once_at_the_step_it_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Three steps, a gradient norm not finite in step 2: one warning naming step 2, and one 0/1 curve a sign under
-    recipe_health (spaces and slashes as underscores), each at its step and the time it was written."""
+    """Three steps, a gradient norm not finite in step 2: one warning naming step 2, the progress lines go on (the
+    signs' curves are logged by the trainer beside verl's: tests/unit/test_health_log.py)."""
     import logging
-    import time
-
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    from recipe.run.health import SIGN_NAMES
-    from recipe.run.progress import HEALTH_RUN
 
     lines: list[str] = []
     printer = ProgressPrinter(tmp_path, None, lines.append)
@@ -325,43 +323,11 @@ def test_the_signs_are_said_once_and_drawn_as_curves_beside_verls_and_curves_tha
     for step, norm in ((1, 1.0), (2, math.inf), (3, 1.0)):
         writer.log({STEP_SECONDS: 5.0, "actor/grad_norm": norm}, step=step)
     writer.finish()
-    before = time.time()
     with caplog.at_level(logging.WARNING, logger="recipe"):
         printer.poll()
     assert len(lines) == 3
     [warning] = caplog.messages
     assert warning.startswith("health: gradient norm not finite from step 2: actor/grad_norm is inf or NaN")
-    assert printer.curves is not None
-    printer.curves.close()
-    curves = EventAccumulator(str(tmp_path / HEALTH_RUN))
-    curves.Reload()
-    assert sorted(curves.Tags()["scalars"]) == sorted(
-        f"{HEALTH_RUN}/{name.replace(' ', '_').replace('/', '_')}" for name in SIGN_NAMES)
-    assert f"{HEALTH_RUN}/rollout_training_mismatch" in curves.Tags()["scalars"]
-    norm = curves.Scalars(f"{HEALTH_RUN}/gradient_norm_not_finite")
-    assert [(event.step, event.value) for event in norm] == [(1, 0.0), (2, 1.0), (3, 0.0)]
-    assert all(event.wall_time >= before - 1 for event in norm)
-
-    # A file where the curves' folder goes: one warning, no curves, the lines go on.
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / HEALTH_RUN).write_text("a file where the folder goes")
-    lines.clear()
-    caplog.clear()
-    printer = ProgressPrinter(other, None, lines.append)
-    printer.events, printer.since = _Events({1: {STEP_SECONDS: 5.0}, 2: {STEP_SECONDS: 5.0}}), 0.0
-    with caplog.at_level(logging.WARNING, logger="recipe"):
-        printer.poll()
-    assert len(lines) == 2 and printer.curves is None
-    [stop] = caplog.messages
-    assert stop == f"health curves stop: cannot write {other / HEALTH_RUN} (File exists)"
-
-    # An earlier attempt's curves folder (a resumed run): this run's curves go beside them.
-    again = ProgressPrinter(tmp_path, None, None)
-    again.events, again.since = _Events({4: {STEP_SECONDS: 5.0}}), 0.0
-    again.poll()
-    assert again.curves is not None and again.curves.writer is not None
-    again.curves.close()
 
 
 def test_read_steps_without_a_folder_checks_none_and_a_reader_without_scalars_gives_no_steps(

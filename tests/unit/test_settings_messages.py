@@ -18,7 +18,8 @@ from hypothesis import given, strategies as st
 from recipe.env_file import env_file_problems
 from recipe.env_warnings import allow_drift_warnings, near_miss_warnings
 from recipe.errors import RecipeConfigError
-from recipe.settings import REDACTED, Settings, _describe_error, load_settings, path_component_problem
+from recipe.settings import REDACTED, Settings, load_settings, path_component_problem
+from recipe.settings_messages import describe_error, is_whole
 
 from .envtools import HANG_GUARD_S
 
@@ -310,9 +311,7 @@ def test_a_value_on_each_side_of_a_bound_and_the_rule_the_message_states(
     name: str, kind: str, bound: float, offset: int, fraction: float
 ) -> None:
     """Inside the bound: accepted. Outside: refused with a rule that is the bound, in the setting's own kind of number."""
-    from recipe.settings import _is_whole
-
-    whole = _is_whole(name)
+    whole = is_whole(name, Settings.model_fields)
     step = offset if whole else offset * fraction
     outside = bound - step if kind in ("gt", "ge") else bound + step
     # Inside this bound, and never past the field's other one.
@@ -379,4 +378,4 @@ def _lines_for(values: dict[str, str]) -> list[str]:
     ],
 )  # fmt: skip
 def test_the_describer_words_every_bound_pydantic_gives(error: dict[str, object], line: str) -> None:
-    assert _describe_error(error, {"TP": "7", "device_memory_gib": "7"}) == line
+    assert describe_error(error, {"TP": "7", "device_memory_gib": "7"}, Settings.model_fields) == line

@@ -56,6 +56,7 @@ CHANGES: dict[str, tuple[object, dict[str, object]]] = {
     "EXPORT_STRICT": (True, {}),
     "SEED": (7, {}),
     "ROLLOUT_CORRECTION": ("off", {}),
+    "HEALTH_THRESHOLDS": ("mismatch_kl=0.005", {}),
     "EXPANDABLE_SEGMENTS": (False, {}),
     "WANDB_API_KEY": ("wandb_key_for_the_table_test", {}),
     "RAY_ADDRESS": ("10.0.0.9:6379", {}),

@@ -383,10 +383,12 @@ def test_a_head_or_a_joined_node_starts_the_trainer_through_ray(
 def test_progress_lines_are_printed_when_asked(plans: dict[str, Plan], tmp_path: Path, machine: Trainer,
                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     started: list[tuple[Path, Any]] = []
+    bounds: list[Any] = []
 
     class Printing:
-        def __init__(self, directory: Path, total: Any, emit: Callable[[str], None] | None) -> None:
+        def __init__(self, directory: Path, total: Any, emit: Callable[[str], None] | None, limits: Any) -> None:
             # The steps are read on every run (the signs of a failing run are always said); the lines only when asked.
+            bounds.append(limits)
             if emit is not None:
                 started.append((directory, total))
                 emit("progress: step 1/?")  # each line goes straight to stdout
@@ -398,9 +400,11 @@ def test_progress_lines_are_printed_when_asked(plans: dict[str, Plan], tmp_path:
             return None
 
     monkeypatch.setattr(trainer, "printing_progress", Printing)
-    plan = _ours(plans["full"], tmp_path)
+    plan = _ours(plans["full"], tmp_path, HEALTH_THRESHOLDS="mismatch_kl=0.005")
     assert run_command(plan, progress=False) == 0
     assert started == []
+    # The signs are judged with HEALTH_THRESHOLDS, lines or not.
+    assert [limits.mismatch_kl for limits in bounds] == [0.005] and bounds[0] == plan.settings.thresholds
     auto = dataclasses.replace(plan, settings=plan.settings.model_copy(update={"progress": "auto"}))
     assert run_command(auto, progress=None) == 0  # pytest's stdout is no terminal
     assert started == []
@@ -419,7 +423,7 @@ def test_each_progress_line_is_seen_as_it_is_printed(plans: dict[str, Plan], tmp
     monkeypatch.setattr("sys.stdout", piped)
     emitted: list[str] = []
 
-    def printing(directory: Path, total: Any, emit: Callable[[str], None]) -> _Null:
+    def printing(directory: Path, total: Any, emit: Callable[[str], None], limits: Any) -> _Null:
         emit("progress: step 1/3")
         emitted.append(piped.unflushed)
         return _Null()
@@ -438,7 +442,7 @@ def test_progress_counts_the_steps_of_the_epochs_over_the_data(plans: dict[str, 
     from recipe.run_length import StepTotal
 
     totals: list[Any] = []
-    monkeypatch.setattr(trainer, "printing_progress", lambda d, total, emit: totals.append(total) or _Null())
+    monkeypatch.setattr(trainer, "printing_progress", lambda d, total, emit, limits: totals.append(total) or _Null())
     plan = _ours(plans["full"], tmp_path, TRAIN_BATCH_SIZE="4", TOTAL_EPOCHS="3")
     # The file the trainer reads: data.train_files as the overrides give it (the base plan's names its own folder).
     plan = dataclasses.replace(plan, overrides=[*plan.overrides, f"data.train_files={tmp_path / 'train.parquet'}"])
@@ -452,7 +456,7 @@ def test_progress_counts_the_steps_of_the_configured_total(plans: dict[str, Plan
     from recipe.run_length import StepTotal
 
     totals: list[Any] = []
-    monkeypatch.setattr(trainer, "printing_progress", lambda d, total, emit: totals.append(total) or _Null())
+    monkeypatch.setattr(trainer, "printing_progress", lambda d, total, emit, limits: totals.append(total) or _Null())
     plan = _ours(plans["full"], tmp_path)
     plan = dataclasses.replace(plan, overrides=[*plan.overrides, "trainer.total_training_steps=12"])
     monkeypatch.setattr(trainer.sys.stdout, "isatty", lambda: True)  # a terminal: on without asking
@@ -664,7 +668,7 @@ def test_the_run_report_counts_every_device_of_every_node_and_is_written_beside_
 
 
 @pytest.mark.parametrize("peak_tflops", [None, "400"])
-def test_the_run_report_gets_the_plans_exit_devices_model_size_peak_and_memory(
+def test_the_run_report_gets_the_plans_exit_devices_model_size_peak_memory_and_health_bounds(
     plans: dict[str, Plan], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, peak_tflops: str | None
 ) -> None:
     """What the report divides by comes from the plan: the model's active parameters per token (none where the plan
@@ -673,11 +677,14 @@ def test_the_run_report_gets_the_plans_exit_devices_model_size_peak_and_memory(
 
     given: list[ReportInputs] = []
     monkeypatch.setattr(trainer, "build_report", lambda metrics, inputs: given.append(inputs) or build_report(metrics, inputs))
-    plan = _rooted(plans["full"], tmp_path, **({"PEAK_TFLOPS": peak_tflops} if peak_tflops else {}))
+    plan = _rooted(plans["full"], tmp_path, HEALTH_THRESHOLDS="flat_steps=20",
+                   **({"PEAK_TFLOPS": peak_tflops} if peak_tflops else {}))  # fmt: skip
     assert plan.model.sizes is not None and plan.model.sizes.active_per_token > 0
     trainer.write_run_report(plan, 3)
     peak = Peak(400.0, "PEAK_TFLOPS") if peak_tflops else Peak(989.0, "an H100's dense bf16 peak; PEAK_TFLOPS for another")
-    assert given == [ReportInputs(3, plan.layout.world_size, plan.model.sizes.active_per_token, peak, plan.memory)]
+    assert given == [ReportInputs(3, plan.layout.world_size, plan.model.sizes.active_per_token, peak, plan.memory,
+                                  plan.settings.thresholds)]  # fmt: skip
+    assert given[0].thresholds.flat_steps == 20
     no_sizes = dataclasses.replace(plan, model=dataclasses.replace(plan.model, sizes=None))
     trainer.write_run_report(no_sizes, 3)
     assert given[-1].active_per_token is None

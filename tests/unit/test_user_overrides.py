@@ -278,7 +278,8 @@ def test_what_hydra_rejects_is_one_problem_line(text: str, problem: str) -> None
 
 def test_the_decided_keys_are_the_settings_keys_and_the_workers_allocator_variables() -> None:
     # The allocator variables torch reads (PyTorch docs: PYTORCH_CUDA_ALLOC_CONF and its NPU, HIP and generic
-    # twins), and the switch recipe.worker_setup reads in each Ray worker.
+    # twins), and the switch recipe.worker_setup reads in each Ray worker; the health bounds the workers' curves are
+    # judged with (recipe.health_log), whether HEALTH_THRESHOLDS is set or not (unset: the defaults `run` uses).
     allocator = ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
                  "RECIPE_EXPANDABLE_SEGMENTS"]  # fmt: skip
     assert decided_keys(RECIPE) == {
@@ -289,6 +290,7 @@ def test_the_decided_keys_are_the_settings_keys_and_the_workers_allocator_variab
         f"{MEGATRON}.expert_model_parallel_size": "EP",
         "actor_rollout_ref.ref.megatron.tensor_model_parallel_size": "TP",
         **{f"{RAY_ENV}.{name}": ALLOCATOR for name in allocator},
+        f"{RAY_ENV}.RECIPE_HEALTH_THRESHOLDS": "HEALTH_THRESHOLDS",
     }
 
 
@@ -338,7 +340,7 @@ _MEGATRON_THREE = (
             (
                 f"override '+{RAY_ENV}={{}}': {RAY_ENV} contains keys the recipe's settings decide "
                 f"({RAY_ENV}.PYTORCH_ALLOC_CONF, {RAY_ENV}.PYTORCH_CUDA_ALLOC_CONF, {RAY_ENV}.PYTORCH_HIP_ALLOC_CONF, ...: "
-                f"set {ALLOCATOR} instead); {ONE_BY_ONE}"
+                f"set {ALLOCATOR}; HEALTH_THRESHOLDS instead); {ONE_BY_ONE}"
             ),
         ),
         # A package that replaces a parent, or the root itself.
@@ -354,7 +356,8 @@ _MEGATRON_THREE = (
             "=3",
             (
                 "override '=3': the root of the config contains keys the recipe's settings decide "
-                f"({_MEGATRON_THREE}, ...: set EP; {ALLOCATOR}; GPUS_PER_NODE; NNODES; PP; TP instead); {ONE_BY_ONE}"
+                f"({_MEGATRON_THREE}, ...: set EP; {ALLOCATOR}; GPUS_PER_NODE; HEALTH_THRESHOLDS; NNODES; PP; TP instead); "
+                    f"{ONE_BY_ONE}"
             ),
         ),
         # Inside a decided key.

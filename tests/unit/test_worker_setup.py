@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -96,7 +98,8 @@ def hooked_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                 log_to_driver=False,
                 runtime_env={
                     "worker_process_setup_hook": "recipe.worker_setup.configure_worker",
-                    "env_vars": {"RECIPE_EXPANDABLE_SEGMENTS": "0", "RECIPE_DEVICE": "gpu"},
+                    "env_vars": {"RECIPE_EXPANDABLE_SEGMENTS": "0", "RECIPE_DEVICE": "gpu",
+                                 "RECIPE_HEALTH_THRESHOLDS": "mismatch_kl=0.01"},
                 },
             )
             try:
@@ -271,3 +274,29 @@ def test_in_a_ray_worker_verls_off_policy_metrics_carry_the_mean_absolute_gap(ho
 
     metrics = hooked_ray.get(metrics_in_worker.remote(), timeout=RAY_TEST_TIMEOUT_S)
     assert metrics == {"rollout_corr/kl": pytest.approx(0.0, abs=1e-6), "rollout_corr/abs_log_prob_diff": pytest.approx(0.2)}
+
+
+def test_in_a_ray_worker_verls_tracking_logs_the_health_curves_with_the_plans_bounds(
+    hooked_ray: Any, tmp_path: Path
+) -> None:
+    """What verl's TaskRunner logs each step, in a worker the hook ran in: the step's metrics and one curve a sign
+    (recipe.health_log), judged with the bounds the plan passed (a KL of 0.005 is under the 0.01 given, over the
+    default 0.002), in verl's own TensorBoard file."""
+
+    @hooked_ray.remote
+    def log_in_worker(directory: str) -> None:
+        os.environ["TENSORBOARD_DIR"] = directory
+        from verl.utils.tracking import Tracking
+
+        logger = Tracking("project", "experiment", default_backend="tensorboard")
+        logger.log(data={"rollout_corr/kl": 0.005, "actor/grad_norm": float("inf")}, step=1)
+        logger.finish()
+
+    hooked_ray.get(log_in_worker.remote(str(tmp_path)), timeout=RAY_TEST_TIMEOUT_S)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    value = {tag: events.Scalars(tag)[0].value for tag in events.Tags()["scalars"]}
+    assert value["recipe_health/rollout_training_mismatch"] == 0.0
+    assert value["recipe_health/gradient_norm_not_finite"] == 1.0 and value["rollout_corr/kl"] == pytest.approx(0.005)

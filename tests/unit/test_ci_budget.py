@@ -32,12 +32,12 @@ def test_the_rows_add_up_within_the_warm_and_cold_limits() -> None:
 
 def test_room_is_kept_for_the_work_that_follows() -> None:
     reserved = {row.name: row.cold for row in BUDGET.rows if row.reserved}
-    assert reserved == {"run-health replay run (issue 53)": 1}
+    # Issue 53's routing-replay run is not run (replay is not offered: docs/health.md): its minute is released.
+    assert reserved == {}
     # The rows of issues 50 and 52 (2 minutes) went into the mutation check, which runs their breakages.
     assert {row.name: row.cold for row in BUDGET.phases}["mutation check"] == 5
-    # The two-node e2e (issue 51) runs now: its reserved row became its phase, and 2 of issue 53's 3 minutes
-    # (with one more from the totals' room) paid for its restarts after a lost worker and a lost head.
-    assert {row.name: row.cold for row in BUDGET.phases}["two-node e2e (tests/e2e/test_two_nodes.py)"] == 11
+    # The two-node e2e (issue 51): 9.4 and 9.6 minutes measured, over the issue's 8 (its row says why).
+    assert {row.name: row.cold for row in BUDGET.phases}["two-node e2e (tests/e2e/test_two_nodes.py)"] == 10
 
 
 def test_the_budget_names_the_phases_of_ci_run_in_their_order() -> None:

@@ -92,6 +92,7 @@ MODULES = {
     "launch": [f"{U}/test_launch.py", f"{U}/test_launch_upstream.py"],
     "layout": [f"{U}/test_layout.py"],
     "mismatch": [f"{U}/test_mismatch.py"],
+    "health_log": [f"{U}/test_health_log.py"],
     "memory_fit": [f"{U}/test_memory_fit.py", f"{U}/test_memory_fit_terms.py", f"{U}/test_memory_fit_verdicts.py",
                    f"{U}/test_memory_fit_workload.py", f"{U}/test_plan_workload_values.py"],
     "memory_workload": [f"{U}/test_memory_fit_workload.py", f"{U}/test_plan_workload_values.py", f"{U}/test_memory_fit.py"],
@@ -126,7 +127,8 @@ MODULES = {
     # first run fails): left out; test_tracker_states.py names every resume mode and total (issue 52).
     "run_length": [f"{U}/test_tracker_states.py", f"{U}/test_progress.py"],
     # test_hostile_settings.py is left out, as for cluster/rules above.
-    "settings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py"],
+    "settings": [f"{U}/test_settings.py", f"{U}/test_settings_messages.py", f"{U}/test_health_thresholds.py"],
+    "settings_messages": [f"{U}/test_settings_messages.py", f"{U}/test_health_thresholds.py"],
     "env_file/bash": [f"{U}/test_env_file_readers.py", f"{U}/test_settings_messages.py"],
     "env_file/compose": [f"{U}/test_env_file_readers.py", f"{U}/test_settings_messages.py"],
     "env_file/judge": [f"{U}/test_env_file_readers.py", f"{U}/test_settings_messages.py"],
@@ -143,7 +145,7 @@ MODULES = {
     "smoke/profile": [f"{S}/test_profile.py"],
     "smoke/reward": [f"{S}/test_reward.py"],
     "smoke/tokenizer": [f"{S}/test_tokenizer.py"],
-    "run/health": [f"{U}/test_health.py"],
+    "run/health": [f"{U}/test_health.py", f"{U}/test_health_thresholds.py", f"{U}/test_health_log.py"],
     # test_verdict.py judges the real smoke model's export (a 10 s build, then 1-2 s a test): past 20 min under mutmut.
     "smoke/verdict": [f"{S}/test_verdict_rules.py"],
     "user_overrides": [f"{U}/test_user_overrides.py", f"{U}/test_launch.py", f"{U}/test_override_slips.py",

@@ -96,8 +96,8 @@ def parse_thresholds(text: str) -> Thresholds:
         return Thresholds.model_validate(given)
     except ValidationError as error:
         first = error.errors()[0]
-        raise ValueError(f"{first['loc'][0]}={given[str(first['loc'][0])]!r}: "
-                         f"{str(first['msg']).removeprefix('Value error, ').lower()}") from None  # fmt: skip
+        # Pydantic's own wording of the bound (Thresholds has no validator of its own to word it otherwise).
+        raise ValueError(f"{first['loc'][0]}={given[str(first['loc'][0])]!r}: {str(first['msg']).lower()}") from None
 
 
 def thresholds_text(thresholds: Thresholds) -> str:

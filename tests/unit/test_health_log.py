@@ -62,6 +62,12 @@ def test_verls_tensorboard_gets_a_curve_a_sign_beside_its_own_metrics(
     logger.finish()
     scalars = _scalars(tmp_path)
     assert set(scalars) == {STEP_SECONDS, GRAD_NORM, "val-core/reward", *map(curve_name, SIGN_NAMES)}
+    # The names users find in TensorBoard and W&B (docs/health.md).
+    assert sorted(map(curve_name, SIGN_NAMES)) == [
+        "recipe_health/entropy_collapse", "recipe_health/gradient_norm_not_finite", "recipe_health/mismatch_growing",
+        "recipe_health/no_reward_spread", "recipe_health/responses_cut_at_the_length_limit",
+        "recipe_health/reward_flat", "recipe_health/rollout_training_mismatch",
+    ]  # fmt: skip
     assert scalars[curve_name("gradient norm not finite")] == [(1, 0.0), (2, 1.0), (3, 0.0)]
     assert scalars[curve_name("rollout/training mismatch")] == [(1, 0.0), (2, 0.0), (3, 0.0)]
     assert scalars[STEP_SECONDS] == [(1, 5.0), (2, 5.0), (3, 5.0)]
@@ -104,10 +110,18 @@ def test_a_failure_in_the_curves_logs_verls_metrics_unchanged_with_one_warning(
     assert _scalars(tmp_path) == {GRAD_NORM: [(1, 1.0), (2, 1.0), (3, 1.0)], STEP_SECONDS: [(1, 5.0), (2, 5.0), (3, 5.0)]}
 
 
-def test_installed_once_for_the_verl_it_was_read_against(monkeypatch: pytest.MonkeyPatch, patched: Any) -> None:
+def test_installed_once_for_the_verl_it_was_read_against(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    original = tracking.Tracking.log
+    monkeypatch.setattr(tracking.Tracking, "log", original)  # put back after the test
+    assert health_log.install() is True
     wrapped = tracking.Tracking.log
-    assert health_log.install() is True and tracking.Tracking.log is wrapped  # patched already: not wrapped twice
-    assert health_log.install(versions=("0.0.1",)) is False
+    assert wrapped is not original and wrapped.__wrapped__ is original  # type: ignore[attr-defined]
+    assert health_log.install() is True and tracking.Tracking.log is wrapped  # not wrapped twice
+    with caplog.at_level(logging.WARNING, logger="recipe"):
+        assert health_log.install(versions=("0.0.1",)) is False
+    assert caplog.messages == ["verl 0.9.1: the health curves not logged (checked against verl 0.0.1 only)"]
 
 
 def test_a_tracking_module_without_tracking_log_is_named(caplog: pytest.LogCaptureFixture) -> None:

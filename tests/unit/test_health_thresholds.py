@@ -82,6 +82,8 @@ def test_each_bound_takes_its_last_value_and_refuses_the_next_with_its_rule(
     ("x" * (MAX_THRESHOLDS_TEXT + 1), f"must be at most {MAX_THRESHOLDS_TEXT} characters"),
 ])  # fmt: skip
 def test_a_text_that_is_not_the_bounds_is_refused_saying_what_is_wrong(text: str, rule: str) -> None:
+    at_bound = "mismatch_kl=0.005".ljust(MAX_THRESHOLDS_TEXT)
+    assert len(at_bound) == MAX_THRESHOLDS_TEXT and parse_thresholds(at_bound).mismatch_kl == 0.005
     with pytest.raises(ValueError) as error:
         parse_thresholds(text)
     assert str(error.value) == rule

@@ -100,7 +100,8 @@ MODULES = {
     "models": [f"{U}/test_models.py", f"{U}/test_layout.py", f"{U}/test_models_config_json.py"],
     "own_paths": [f"{U}/test_own_paths.py"],
     "plan": [f"{U}/test_plan_orchestration.py", f"{U}/test_plan_workload_values.py"],
-    "plan_warnings": [f"{U}/test_plan_warnings.py"],
+    "plan_warnings": [f"{U}/test_plan_warnings.py", f"{U}/test_routing_replay.py"],
+    "routing_replay": [f"{U}/test_routing_replay.py"],
     # Its subprocess tests (the entry points, a pytest of its own) are not traced; the in-process ones are.
     "numbers": [f"{U}/test_read_back_hostile.py"],
     "image_facts": [f"{U}/test_doctor_facts.py"],

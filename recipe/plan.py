@@ -38,6 +38,7 @@ from recipe.memory_workload import EstimateSkipped, length_problems, workload_fr
 from recipe.models import ModelSource, load_architecture
 from recipe.own_paths import own_path_problems
 from recipe.plan_warnings import plan_warnings
+from recipe.routing_replay import routing_replay_problems
 from recipe.profiles import profile_overrides, profile_problems
 from recipe.run_length import RESUME_WAYS_OUT, resume_point
 from recipe.provenance import build_record, drift_problems
@@ -222,6 +223,7 @@ def build_plan(
     problems += verl_check.problems
     problems += own_path_problems(settings, overrides, env) + _data_file_problems(settings)
     problems += profile_problems(settings.profile, settings.train_batch_size)
+    problems += routing_replay_problems(overrides, settings.allowed_upstream_issues)
     # A refused length would make the estimate divide by a sequence of no tokens: the refusal is the answer.
     refused_lengths = length_problems(overrides)
     problems += refused_lengths

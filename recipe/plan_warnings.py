@@ -11,7 +11,7 @@ Each is a mistake that costs a model load or a wasted run when found at run time
 - TRAIN_FILES moved to another dataset with VAL_FILES left on geo3k's default: validation scores another task;
 - one response per prompt (ROLLOUT_N=1) under GRPO: a group of one has no baseline;
 - fewer devices per node in the layout than the node shows (NDEVICES_PER_NODE=8 on a 16-NPU Atlas A3);
-- verl's routing replay turned on by an override: no test of the recipe proves it (docs/health.md).
+- verl's routing replay let through by ALLOW_UPSTREAM_ISSUE: no test of the recipe proves it (docs/health.md).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from recipe.export.report import printable
 from recipe.launch import override_value, planned_training_file
 from recipe.models import QWEN3_5_MODEL_TYPE, ModelSource
+from recipe.routing_replay import UNPROVEN, routing_replay_on
 from recipe.settings import Settings
 from recipe.user_overrides import hydra_override_parser
 
@@ -30,11 +31,6 @@ from recipe.user_overrides import hydra_override_parser
 WANDB_KEYLESS_MODES = frozenset({"offline", "disabled", "dryrun"})
 #: The file `prepare-data NAME` writes under DATA_DIR/NAME.
 PREPARED_TRAIN_FILE = "train.parquet"
-#: verl 0.9.1's switches of routing replay: vLLM returning each token's experts, and Megatron's routers replaying.
-ROUTING_REPLAY_KEYS = ("actor_rollout_ref.rollout.enable_rollout_routing_replay",
-                       "actor_rollout_ref.actor.megatron.router_replay.mode")  # fmt: skip
-#: Their values that leave it off (verl's defaults: False, 'disabled').
-ROUTING_REPLAY_OFF = frozenset({"false", "disabled", "null", "none", ""})
 
 
 def logger_names(value: str) -> list[str]:
@@ -139,14 +135,10 @@ def unused_devices_warning(device: str, visible: int, per_node: int) -> str | No
 
 
 def routing_replay_warning(overrides: Sequence[str]) -> str | None:
-    """verl's routing replay turned on (None while both its keys are off, as the recipe leaves them)."""
-    on = [f"{key}={value}" for key in ROUTING_REPLAY_KEYS
-          if (value := override_value(overrides, key)) is not None and value.strip().lower() not in ROUTING_REPLAY_OFF]  # fmt: skip
-    if not on:
-        return None
-    return (f"{', '.join(on)}: routing replay is not proven by the recipe's tests (vLLM on CPU, which its e2e runs, "
-            "cannot return the experts it routed to); on gpu, vLLM 0.24.0 returns all-zero routes without an error "
-            "where it picks FlashInfer's MoE kernel (Blackwell, vllm#44214); docs/health.md, Routing replay")  # fmt: skip
+    """verl's routing replay turned on, which `plan` lets through only with ALLOW_UPSTREAM_ISSUE (recipe.routing_replay):
+    still unproven, said once more (None while both its keys are off, as the recipe leaves them)."""
+    on = routing_replay_on(overrides)
+    return f"{', '.join(on)}: {UNPROVEN}; docs/health.md, Routing replay" if on else None
 
 
 def plan_warnings(settings: Settings, environ: Mapping[str, str], model: ModelSource, overrides: Sequence[str],

@@ -184,8 +184,8 @@ class Settings(BaseSettings):
     allow_upstream_issue: str | None = Field(
         None,
         description=(
-            "Comma-separated upstream issues (e.g. vllm-ascend#10014) whose known failure a layout rule "
-            "should let you try anyway, say with a vllm-ascend that fixes it; see docs/layout.md."
+            "Comma-separated upstream issues (e.g. vllm-ascend#10014) whose known failure a layout rule (or routing "
+            "replay's refusal, vllm#44214) should let you try anyway, say with a release that fixes it; see docs/layout.md."
         ),
     )
     progress: Literal["on", "off", "auto"] = Field("on", description=(

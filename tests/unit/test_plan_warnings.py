@@ -276,39 +276,3 @@ def test_each_keyless_wandb_mode_in_any_case_is_silent(mode: str) -> None:
 @pytest.mark.parametrize("mode", ["", "   ", "online", "run"])
 def test_an_empty_blank_or_online_wandb_mode_still_warns(mode: str) -> None:
     assert wandb_warning(NO_KEY, ["trainer.logger=wandb"], {"WANDB_MODE": mode}) == WANDB_LINE
-
-
-# --- routing replay ---------------------------------------------------------------------------------------------------
-
-REPLAY = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
-REPLAY_MODE = "actor_rollout_ref.actor.megatron.router_replay.mode"
-
-
-@pytest.mark.parametrize(("overrides", "named"), [
-    ([], None),  # the recipe leaves both off
-    ([f"{REPLAY}=False", f"{REPLAY_MODE}=disabled"], None),  # verl's own defaults, written out
-    ([f"{REPLAY_MODE}=null"], None),
-    ([f"{REPLAY}=True"], f"{REPLAY}=True"),
-    ([f"{REPLAY}=true", f"{REPLAY_MODE}=R3"], f"{REPLAY}=true, {REPLAY_MODE}=R3"),
-    ([f"{REPLAY_MODE}='R2'"], f"{REPLAY_MODE}=R2"),  # R2 records in the trainer: still unproven here
-    ([f"{REPLAY}=True", f"{REPLAY}=False"], None),  # the last override wins, as in Hydra
-])  # fmt: skip
-def test_routing_replay_turned_on_is_named_with_why_it_is_unproven(overrides: list[str], named: str | None) -> None:
-    from recipe.plan_warnings import routing_replay_warning
-
-    line = routing_replay_warning(overrides)
-    if named is None:
-        assert line is None
-    else:
-        assert line == (f"{named}: routing replay is not proven by the recipe's tests (vLLM on CPU, which its e2e runs, "
-                        "cannot return the experts it routed to); on gpu, vLLM 0.24.0 returns all-zero routes without an "
-                        "error where it picks FlashInfer's MoE kernel (Blackwell, vllm#44214); docs/health.md, Routing "
-                        "replay")  # fmt: skip
-
-
-def test_routing_replay_after_the_double_dash_reaches_the_plan_as_a_warning(tmp_path: Path) -> None:
-    """Through build_plan, the keys checked against verl's own config first (both are verl 0.9.1's)."""
-    plan = build_plan(settings_of(PROFILE="smoke", DEVICE="gpu", CHECKPOINT_DIR=str(tmp_path)), {},
-                      [f"{REPLAY}=True", f"{REPLAY_MODE}=R3"])  # fmt: skip
-    [line] = [line for line in plan.warnings if "routing replay" in line]
-    assert line.startswith(f"{REPLAY}=True, {REPLAY_MODE}=R3: routing replay is not proven")

@@ -25,6 +25,16 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
 
 
 @pytest.fixture
+def gpu_env(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    """clean_env with DEVICE=gpu, CHECKPOINT_DIR under tmp_path (a refused command must leave it absent), and
+    tmp_path as the working directory (no .env file)."""
+    clean_env.setenv("DEVICE", "gpu")
+    clean_env.setenv("CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    clean_env.chdir(tmp_path)
+    return clean_env
+
+
+@pytest.fixture
 def model(tmp_path: Path) -> Path:
     """A model directory with a config.json (the smoke profile's tiny Qwen3.5-MoE; no weights needed)."""
     from recipe.smoke import shipped_model_dir

@@ -16,7 +16,6 @@ from recipe.errors import RecipeConfigError
 from recipe.run.health import MAX_THRESHOLDS_TEXT, Thresholds, parse_thresholds, thresholds_text
 from recipe.settings import load_settings
 
-from .envtools import clear_settings
 
 NAMES = list(Thresholds.model_fields)
 #: Each bound's edges: (name, the last value taken, the first refused, the rule).
@@ -105,18 +104,9 @@ def test_any_text_is_bounds_or_one_value_error(text: str) -> None:
         assert all(math.isfinite(float(getattr(bounds, name))) for name in NAMES)
 
 
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
-    clear_settings(monkeypatch)
-    monkeypatch.setenv("DEVICE", "gpu")
-    monkeypatch.setenv("CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
-    monkeypatch.chdir(tmp_path)
-    return monkeypatch
-
-
-def test_the_setting_holds_every_bound_and_unset_is_the_defaults(env: pytest.MonkeyPatch) -> None:
+def test_the_setting_holds_every_bound_and_unset_is_the_defaults(gpu_env: pytest.MonkeyPatch) -> None:
     assert load_settings().health_thresholds is None and load_settings().thresholds == Thresholds()
-    env.setenv("HEALTH_THRESHOLDS", " mismatch_kl = 0.005 ")
+    gpu_env.setenv("HEALTH_THRESHOLDS", " mismatch_kl = 0.005 ")
     settings_ = load_settings()
     assert settings_.thresholds == Thresholds(mismatch_kl=0.005)
     assert settings_.health_thresholds == thresholds_text(Thresholds(mismatch_kl=0.005))  # what plan shows, and keeps
@@ -127,10 +117,10 @@ def test_the_setting_holds_every_bound_and_unset_is_the_defaults(env: pytest.Mon
                       max_size=37).map("hf_{}".format),
        form=st.sampled_from(["{s}", "mismatch_kl={s}", "{s}=1", "flat_steps=3,{s}", "HF_TOKEN={s}"]))  # fmt: skip
 def test_a_refused_value_never_repeats_a_secret_pasted_into_it(
-    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, secret: str, form: str
+    gpu_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, secret: str, form: str
 ) -> None:
     """A token pasted into the wrong variable: `plan` refuses it, exit 2, and no line repeats it."""
-    env.setenv("HEALTH_THRESHOLDS", form.format(s=secret))
+    gpu_env.setenv("HEALTH_THRESHOLDS", form.format(s=secret))
     with pytest.raises(RecipeConfigError) as refused:
         load_settings()
     assert secret not in str(refused.value)
@@ -140,8 +130,8 @@ def test_a_refused_value_never_repeats_a_secret_pasted_into_it(
     assert not (tmp_path / "checkpoints").exists()
 
 
-def test_plan_refuses_bad_bounds_with_exit_2_and_one_line(env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    env.setenv("HEALTH_THRESHOLDS", "mismatch_kl=-1")
+def test_plan_refuses_bad_bounds_with_exit_2_and_one_line(gpu_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    gpu_env.setenv("HEALTH_THRESHOLDS", "mismatch_kl=-1")
     assert cli.main(["plan"]) == 2
     err = capsys.readouterr().err
     assert "HEALTH_THRESHOLDS='mismatch_kl=-1': mismatch_kl='-1': input should be greater than 0" in err

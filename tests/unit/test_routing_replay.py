@@ -15,7 +15,7 @@ from recipe.plan import build_plan
 from recipe.plan_warnings import routing_replay_warning
 from recipe.routing_replay import ROUTING_REPLAY_OFF, UNPROVEN, ZERO_ROUTES_ISSUE, routing_replay_problems
 
-from .envtools import clear_settings, settings_of
+from .envtools import settings_of
 
 REPLAY = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
 REPLAY_MODE = "actor_rollout_ref.actor.megatron.router_replay.mode"
@@ -71,12 +71,9 @@ def test_through_the_plan_refused_and_allowed(tmp_path: Path) -> None:
     assert f"+{REPLAY}=True" in plan.overrides or f"{REPLAY}=True" in plan.overrides
 
 
-def test_plan_refuses_it_with_exit_2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+def test_plan_refuses_it_with_exit_2(gpu_env: pytest.MonkeyPatch, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    clear_settings(monkeypatch)
-    monkeypatch.setenv("DEVICE", "gpu")
-    monkeypatch.setenv("PROFILE", "smoke")
-    monkeypatch.setenv("CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    gpu_env.setenv("PROFILE", "smoke")
     assert cli.main(["plan", "--", f"{REPLAY}=True"]) == 2
     assert f"{REPLAY}=True: routing replay is not proven" in capsys.readouterr().err
     assert not (tmp_path / "checkpoints").exists()

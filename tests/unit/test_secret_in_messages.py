@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from recipe import cli
 from recipe.redaction import redact
 
-from .envtools import clear_settings
 
 _ALNUM = string.ascii_letters + string.digits
 #: A secret: marked, so that no other word of a message can hold it by chance.
@@ -70,15 +69,6 @@ def _malformed(draw: st.DrawFn) -> tuple[str, str, str]:
     return secret, neighbour, text
 
 
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
-    clear_settings(monkeypatch)
-    monkeypatch.setenv("DEVICE", "gpu")
-    monkeypatch.setenv("CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
-    monkeypatch.chdir(tmp_path)
-    return monkeypatch
-
-
 def _said(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int | str | None, str]:
     try:
         code = cli.main(argv)
@@ -96,12 +86,12 @@ _SETTINGS = hsettings(max_examples=15, deadline=None, phases=[Phase.explicit, Ph
 
 @_SETTINGS
 @given(case=_malformed(), command=st.sampled_from([["plan"], ["plan", "--json"], ["run"]]))
-def test_overrides_setting_never_repeats_a_secret(env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+def test_overrides_setting_never_repeats_a_secret(gpu_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                                   tmp_path: Path, case: tuple[str, str, str], command: list[str]) -> None:
     secret, neighbour, override = case
     text = neighbour + override
     assume("'" in text or '"' in text or "\\" in text)  # a text the shell-like split of OVERRIDES refuses
-    env.setenv("OVERRIDES", text)
+    gpu_env.setenv("OVERRIDES", text)
     code, said = _said(capsys, command)
     assume(code == 2)  # refused (the generated text may still split: then its override is judged below)
     assert secret not in said, said
@@ -111,7 +101,7 @@ def test_overrides_setting_never_repeats_a_secret(env: pytest.MonkeyPatch, capsy
 @_SETTINGS
 @given(case=_malformed(), command=st.sampled_from([["plan"], ["plan", "--json"]]), before_dashes=st.booleans())
 def test_an_override_on_the_command_line_is_never_repeated_with_its_secret(
-    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], case: tuple[str, str, str], command: list[str],
+    gpu_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], case: tuple[str, str, str], command: list[str],
     before_dashes: bool,
 ) -> None:
     secret, _, text = case  # the malformed override alone: one argv item, as a shell hands a quoted word over
@@ -141,7 +131,7 @@ def test_redact_withholds_what_may_be_a_secret_and_keeps_verls_token_counts(text
 
 
 def test_an_override_with_a_quote_given_before_the_dashes_is_redacted_before_it_is_quoted(
-    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    gpu_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Found by the property above: shlex.quote turned `KEY='s3cret` into `'KEY='"'"'s3cret'`, which hid the value."""
     code, said = _said(capsys, ["plan", "+ray_kwargs.ray_init.runtime_env.env_vars.API_KEY='Zq0s3cret9"])
@@ -152,7 +142,7 @@ def test_an_override_with_a_quote_given_before_the_dashes_is_redacted_before_it_
 @pytest.mark.parametrize("gap", ["\n", " ", ": "], ids=["newline", "blank", "colon"])
 @pytest.mark.parametrize("given", ["OVERRIDES", "--"])
 def test_a_secret_split_off_an_empty_assignment_is_never_repeated(
-    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str, gap: str, given: str
+    gpu_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str, gap: str, given: str
 ) -> None:
     """`hf_token=` then a line break or a blank, then the secret (found by the generated cases above): the secret is
     a word of its own, with no `=`, and its refusal names it by its place."""
@@ -160,7 +150,7 @@ def test_a_secret_split_off_an_empty_assignment_is_never_repeated(
     text = f"{key}={gap}{secret}" if gap != ": " else f"{key}{gap}{secret}"
     argv = ["plan"]
     if given == "OVERRIDES":
-        env.setenv("OVERRIDES", f"x='y' {text}")
+        gpu_env.setenv("OVERRIDES", f"x='y' {text}")
     else:
         argv += ["--", *text.split()]
     code, said = _said(capsys, argv)

@@ -135,7 +135,7 @@ class ProgressPrinter:
 
     def __init__(self, directory: Path, total: StepTotal | None, emit: Callable[[str], None] | None,
                  limits: Thresholds = Thresholds()) -> None:  # fmt: skip
-        self.directory, self.total, self.emit, self.limits = directory, total, emit, limits
+        self.directory, self.total, self.emit = directory, total, emit
         self.printed: set[int] = set()
         self.seconds: dict[int, float] = {}
         self.events: Any = None
@@ -156,7 +156,7 @@ class ProgressPrinter:
                 self.seconds[step] = seconds
             recent = [self.seconds[s] for s in sorted(self.seconds)[-5:]]
             if self.emit is not None:
-                self.emit(progress_line(step, metrics, self.total, recent, self.limits))
+                self.emit(progress_line(step, metrics, self.total, recent, self.health.thresholds))
             for line in self.health.feed(step, metrics):
                 logger.warning("%s", line)
             self.printed.add(step)
